@@ -1,0 +1,115 @@
+"""Settings: one validated object built from flags and ``NODE_IPAM_*`` variables.
+
+Names follow Cilium's settings where Cilium has one (``default-lb-service-ipam``,
+``enable-node-ipam``). :class:`SelectionSettings` is the pure subset the selection
+core reads; :class:`Settings` (pydantic-settings) is the whole process configuration
+and is validated at start-up, so a typo such as ``default_lb_service_ipam=NodeIPAM``
+is a start-up error rather than a silent no-op (DESIGN.md §2, upstream weak spot #12).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LOAD_BALANCER_CLASS = "io.cilium/node"
+MATCH_NODE_LABELS_ANNOTATION = "io.cilium.nodeipam/match-node-labels"
+DEFAULT_LB_SERVICE_IPAM_VALUES = ("lbipam", "nodeipam", "none")
+
+DefaultLBServiceIPAM = Literal["lbipam", "nodeipam", "none"]
+IPMode = Literal["VIP", "Proxy"]
+AuthMode = Literal["kubernetes", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionSettings:
+    """The settings the pure selection core reads (DESIGN.md §2–§4).
+
+    Raises:
+        ValueError: ``default_lb_service_ipam`` is not one of ``lbipam``, ``nodeipam``,
+            ``none``, or ``ip_mode`` is not ``VIP``/``Proxy``, or the grace period is
+            negative. Cilium accepts any string here and silently handles nothing; we
+            refuse it.
+    """
+
+    load_balancer_class: str = LOAD_BALANCER_CLASS
+    default_lb_service_ipam: str = "lbipam"
+    match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
+    per_node_address_fallback: bool = False
+    exclude_not_ready_nodes: bool = False
+    not_ready_grace_seconds: float = 60.0
+    ip_mode: str = "VIP"
+
+    def __post_init__(self) -> None:
+        if self.default_lb_service_ipam not in DEFAULT_LB_SERVICE_IPAM_VALUES:
+            raise ValueError(
+                f"default-lb-service-ipam: Unsupported value: {self.default_lb_service_ipam!r}:"
+                f" supported values: {', '.join(DEFAULT_LB_SERVICE_IPAM_VALUES)}"
+            )
+        if self.ip_mode not in ("VIP", "Proxy"):
+            raise ValueError(
+                f"ip-mode: Unsupported value: {self.ip_mode!r}: supported values: VIP, Proxy"
+            )
+        if self.not_ready_grace_seconds < 0:
+            raise ValueError(
+                f"not-ready-grace-seconds: Invalid value: {self.not_ready_grace_seconds}:"
+                " must be greater than or equal to 0"
+            )
+        if not self.load_balancer_class:
+            raise ValueError("load-balancer-class: Required value: must not be empty")
+
+
+class Settings(BaseSettings):
+    """Whole-process configuration; every field is also ``NODE_IPAM_<FIELD>``.
+
+    ``serve`` flags map one-to-one onto these fields (``--default-lb-service-ipam`` →
+    ``default_lb_service_ipam``). Validation errors are raised as
+    :class:`pydantic.ValidationError` at start-up and name the field.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="NODE_IPAM_", extra="forbid")
+
+    # Selection (Cilium names).
+    enable_node_ipam: bool = True
+    load_balancer_class: str = Field(default=LOAD_BALANCER_CLASS, min_length=1)
+    default_lb_service_ipam: DefaultLBServiceIPAM = "lbipam"
+    match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
+    per_node_address_fallback: bool = False
+    exclude_not_ready_nodes: bool = False
+    not_ready_grace_seconds: float = Field(default=60.0, ge=0)
+    ip_mode: IPMode = "VIP"
+
+    # Process.
+    kubeconfig: Path | None = None
+    bind_address: str = "0.0.0.0"
+    port: int = Field(default=9443, ge=1, le=65535)
+    tls_cert_file: Path | None = None
+    tls_private_key_file: Path | None = None
+    ca_bundle_out: Path | None = None
+    webhook: bool = True
+    reconciler: bool = True
+    leader_elect: bool = True
+    leader_election_namespace: str = "node-ipam-lb"
+    leader_election_id: str = "node-ipam-lb"
+    lease_duration_seconds: float = Field(default=15.0, gt=0)
+    renew_deadline_seconds: float = Field(default=10.0, gt=0)
+    retry_period_seconds: float = Field(default=2.0, gt=0)
+    workers: int = Field(default=4, ge=1, le=64)
+    auth: AuthMode | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def selection(self) -> SelectionSettings:
+        """Return the pure :class:`SelectionSettings` view of these settings."""
+        return SelectionSettings(
+            load_balancer_class=self.load_balancer_class,
+            default_lb_service_ipam=self.default_lb_service_ipam,
+            match_node_labels_annotation=self.match_node_labels_annotation,
+            per_node_address_fallback=self.per_node_address_fallback,
+            exclude_not_ready_nodes=self.exclude_not_ready_nodes,
+            not_ready_grace_seconds=self.not_ready_grace_seconds,
+            ip_mode=self.ip_mode,
+        )

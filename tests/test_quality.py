@@ -1,0 +1,30 @@
+"""Lint and strict typing run as part of the test suite (one command runs them all)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_ruff_lint_is_clean() -> None:
+    result = _run("ruff", "check", "app", "tests", "bench")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_is_clean() -> None:
+    result = _run("ruff", "format", "--check", "app", "tests", "bench")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_on_app() -> None:
+    result = _run("mypy", "app")
+    assert result.returncode == 0, result.stdout + result.stderr
