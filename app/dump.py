@@ -1,0 +1,191 @@
+"""Read cluster dumps: what ``kubectl get nodes,services,endpointslices -A -o yaml|json`` prints.
+
+Accepted: a ``v1`` ``List`` (or ``NodeList``-style typed list), multi-document YAML, JSON,
+single objects, any mix across several files; ``-`` is standard input. Objects of other
+kinds are skipped. What counts as **unusable input** (:class:`DumpError`, exit code 2 in
+``node-ipam-lb preview``): a file that cannot be read, text that is neither YAML nor JSON,
+a document or ``items`` entry that is not a Kubernetes object (no ``kind``), a List whose
+``items`` is not a list, and a Node/Service/EndpointSlice that cannot be projected
+(:class:`app.views.ViewError`: no ``metadata.name``, a field of the wrong JSON type).
+Garbage *content* is not unusable: a Node address that is not an IP is dropped and
+reported in that Node's verdicts, and a malformed selector annotation is that Service's
+``error``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.config import MATCH_NODE_LABELS_ANNOTATION
+from app.views import (
+    EndpointSliceView,
+    NodeView,
+    ServiceView,
+    ViewError,
+    endpoint_slice_view,
+    node_view,
+    service_view,
+)
+
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_KINDS = {"Node": "nodes", "Service": "services", "EndpointSlice": "endpoint_slices"}
+
+
+class DumpError(ValueError):
+    """Unusable input; ``str(err)`` is one line naming the file and the object."""
+
+
+@dataclass
+class Dump:
+    """Objects read from dumps, as plain dicts, in reading order.
+
+    ``origins`` maps ``id(obj)`` to where it was read (``cluster.yaml: items[3]``), see
+    :meth:`where`; ``skipped`` counts objects of other kinds by kind.
+    """
+
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    services: list[dict[str, Any]] = field(default_factory=list)
+    endpoint_slices: list[dict[str, Any]] = field(default_factory=list)
+    origins: dict[int, str] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def where(self, obj: Mapping[str, Any]) -> str:
+        """Where ``obj`` was read, e.g. ``cluster.yaml: items[3] (Node kind-worker)``."""
+        return self.origins.get(id(obj), "<unknown>")
+
+
+@dataclass
+class DumpViews:
+    """Projected dump: the inputs of :func:`app.nodeipam.select`, de-duplicated by
+    kind/namespace/name (a later file wins), nodes sorted by name and Services by
+    namespace/name."""
+
+    nodes: list[NodeView]
+    services: list[ServiceView]
+    endpoint_slices: list[EndpointSliceView]
+
+
+def _read(path: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise DumpError(f"{path}: cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise DumpError(f"{path}: not UTF-8 text: {err.reason} at byte {err.start}") from None
+
+
+def _documents(text: str, name: str) -> list[Any]:
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            return [json.loads(text)]
+        except json.JSONDecodeError as err:
+            json_error = f"{name}: invalid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
+    else:
+        json_error = None
+    try:
+        return list(yaml.load_all(text, Loader=_Loader))
+    except yaml.YAMLError as err:
+        if json_error:
+            raise DumpError(json_error) from None
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise DumpError(f"{name}: invalid YAML: {problem}{at}") from None
+
+
+def _objects(doc: Any, where: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """Flatten Lists (and JSON arrays) into ``(object, where)`` pairs."""
+    if isinstance(doc, list):
+        for i, item in enumerate(doc):
+            yield from _objects(item, f"{where}[{i}]")
+        return
+    if not isinstance(doc, dict):
+        raise DumpError(f"{where}: not a Kubernetes object (a {type(doc).__name__})")
+    kind = doc.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise DumpError(f"{where}: not a Kubernetes object: kind: Required value")
+    if kind == "List" or (kind.endswith("List") and "items" in doc):
+        items = doc.get("items")
+        if items is None:
+            return
+        if not isinstance(items, list):
+            raise DumpError(f"{where}: items: Invalid value: must be a list")
+        for i, item in enumerate(items):
+            yield from _objects(item, f"{where}: items[{i}]" if where else f"items[{i}]")
+        return
+    yield doc, where
+
+
+def _describe(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str):
+        return str(obj["kind"])
+    shown = f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+    return f"{obj['kind']} {shown}"
+
+
+def load_dump(paths: Sequence[str]) -> Dump:
+    """Read every file of ``paths`` (``"-"`` = standard input) into a :class:`Dump`.
+
+    Raises:
+        DumpError: unusable input (see the module docstring); one line naming the file and,
+            where known, the document or ``items`` index and the object.
+    """
+    dump = Dump()
+    for path in paths:
+        name = "<stdin>" if path == "-" else path
+        docs = [d for d in _documents(_read(path), name) if d is not None]
+        for number, doc in enumerate(docs, start=1):
+            where = f"{name}: document {number}" if len(docs) > 1 else name
+            for obj, origin in _objects(doc, where):
+                attr = _KINDS.get(obj["kind"])
+                if attr is None:
+                    dump.skipped[obj["kind"]] = dump.skipped.get(obj["kind"], 0) + 1
+                    continue
+                getattr(dump, attr).append(obj)
+                dump.origins[id(obj)] = f"{origin} ({_describe(obj)})"
+    return dump
+
+
+def load_views(
+    paths: Sequence[str], *, match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
+) -> DumpViews:
+    """:func:`load_dump`, then project every object (``app.views``).
+
+    Raises:
+        DumpError: unusable input, including a :class:`~app.views.ViewError`, prefixed with
+            where the object was read (``cluster.yaml: items[2] (Node n1): metadata...``).
+    """
+    dump = load_dump(paths)
+    try:
+        obj: Mapping[str, Any] = {}
+        nodes = {}
+        for obj in dump.nodes:
+            view = node_view(obj)
+            nodes[view.name] = view
+        services = {}
+        for obj in dump.services:
+            svc = service_view(obj, match_node_labels_annotation=match_node_labels_annotation)
+            services[svc.namespace, svc.name] = svc
+        slices = {}
+        for obj in dump.endpoint_slices:
+            eps = endpoint_slice_view(obj)
+            slices[eps.namespace, eps.name] = eps
+    except ViewError as err:
+        raise DumpError(f"{dump.where(obj)}: {err}") from None
+    return DumpViews(
+        nodes=[nodes[k] for k in sorted(nodes)],
+        services=[services[k] for k in sorted(services)],
+        endpoint_slices=list(slices.values()),
+    )
