@@ -14,12 +14,12 @@ one list slot per node and nothing else per node.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.config import SelectionSettings
-from app.selector import SelectorError, parse_cached
+from app.selector import Selector, SelectorError, parse_cached
 from app.views import (
     AUTOSCALER_TAINT,
     EXCLUDE_FROM_LB_LABEL,
@@ -207,9 +207,47 @@ def _not_managed(service: ServiceView, why: str, settings: SelectionSettings) ->
     return Selection(service.namespace, service.name, False, why, None, None, (), warnings, None)
 
 
+def _filter_nodes(
+    *,
+    nodes: Sequence[NodeView],
+    matches: Callable[[Mapping[str, str]], bool] | None,
+    ready_names: frozenset[str] | None,
+    verdicts: list[NodeVerdict | None],
+) -> tuple[list[int], list[NodeView], int, int]:
+    """DESIGN.md §4.1-§4.3: selector, KEP-3458 predicates, eTP=Local endpoints.
+
+    Fills the verdict slot of every dropped node; returns the candidates' indices and
+    nodes, and how many nodes matched the selector and passed the predicates.
+    """
+    indices: list[int] = []
+    candidates: list[NodeView] = []
+    matched = eligible = 0
+    for i, node in enumerate(nodes):
+        if matches is not None and not matches(node.labels):
+            verdicts[i] = node.verdict_cache.get("SelectorMismatch") or _new_verdict(
+                node, "SelectorMismatch"
+            )
+            continue
+        matched += 1
+        predicate = node.predicate
+        if predicate is not None:
+            verdicts[i] = node.verdict_cache.get(predicate) or _new_verdict(node, predicate)
+            continue
+        eligible += 1
+        if ready_names is not None and node.name not in ready_names:
+            verdicts[i] = node.verdict_cache.get("NoReadyEndpoint") or _new_verdict(
+                node, "NoReadyEndpoint"
+            )
+            continue
+        indices.append(i)
+        candidates.append(node)
+    return indices, candidates, matched, eligible
+
+
 def _addresses(
     *,
-    candidates: list[tuple[int, NodeView]],
+    indices: list[int],
+    candidates: list[NodeView],
     verdicts: list[NodeVerdict | None],
     wanted: int,
     fallback: bool,
@@ -220,36 +258,28 @@ def _addresses(
     address collapse), the number of nodes hidden by the global ExternalIP preference and
     the number of nodes advertised.
     """
-    use_external = not fallback and any(n.external_families & wanted for _, n in candidates)
+    use_external = not fallback and any(n.external_families & wanted for n in candidates)
     v4: dict[int, str] = {}
     v6: dict[int, str] = {}
     hidden = selected = 0
-    for idx, node in candidates:
-        cache = node.verdict_cache
-        if not (node.external_families | node.internal_families) & wanted:
+    for idx, node in zip(indices, candidates, strict=True):
+        external = node.external_families & wanted
+        if not (external or node.internal_families & wanted):
             key: VerdictKey = ("NoAddressOfFamily", wanted)
-        elif fallback:
-            key = (
-                "Selected",
-                "ExternalIP" if node.external_families & wanted else "InternalIP",
-                wanted,
-            )
-        elif use_external and not node.external_families & wanted:
+        elif use_external and not external:
             key = "ExternalIPPreferred"
             hidden += 1
         else:
-            key = ("Selected", "ExternalIP" if use_external else "InternalIP", wanted)
-        if key[0] == "Selected":
             selected += 1
-            kind = key[1]
-            for a in node.addresses:
-                if a.type == kind:
-                    if a.family == IPV4:
-                        if wanted & 1:
-                            v4[a.value] = a.ip
-                    elif wanted & 2:
-                        v6[a.value] = a.ip
-        verdicts[idx] = cache.get(key) or _new_verdict(node, key)
+            use = external if fallback else use_external
+            key = ("Selected", "ExternalIP" if use else "InternalIP", wanted)
+            for bit, value, ip in node.external_entries if use else node.internal_entries:
+                if bit & wanted:
+                    if bit == 1:
+                        v4[value] = ip
+                    else:
+                        v6[value] = ip
+        verdicts[idx] = node.verdict_cache.get(key) or _new_verdict(node, key)
     return v4, v6, hidden, selected
 
 
@@ -282,75 +312,52 @@ def select(
     if not managed:
         return _not_managed(service, why, settings)
     warnings: list[str] = []
-    node_list = nodes if isinstance(nodes, list | tuple) else list(nodes)
-    selector = None
-    if service.match_node_labels is not None:
-        try:
-            selector = parse_cached(service.match_node_labels)
-        except SelectorError as err:
-            where = f"metadata.annotations[{settings.match_node_labels_annotation}]"
-            error = f"{where}: Invalid value: {json.dumps(service.match_node_labels)}: {err}"
-            return Selection(
-                service.namespace, service.name, True, "invalid node selector annotation",
-                None, error, (), (), None,
-            )  # fmt: skip
-        if selector.empty():
-            warnings.append(
-                f"annotation {settings.match_node_labels_annotation} is empty: every node matches"
-            )
-            selector = None
+    try:
+        selector = _selector(service, settings, warnings)
+    except SelectorError as err:
+        where = f"metadata.annotations[{settings.match_node_labels_annotation}]"
+        error = f"{where}: Invalid value: {json.dumps(service.match_node_labels)}: {err}"
+        return Selection(
+            service.namespace, service.name, True, "invalid node selector annotation",
+            None, error, (), (), None,
+        )  # fmt: skip
     families = _families(service, warnings)
-    wanted = 0
-    for f in families:
-        wanted |= FAMILY_BIT[f]
-    ready_names = (
-        _ready_node_names(service, endpoint_slices)
-        if service.external_traffic_policy == LOCAL
-        else None
+    wanted = FAMILY_BIT[families[0]] | (FAMILY_BIT[families[1]] if len(families) > 1 else 0)
+    local = service.external_traffic_policy == LOCAL
+    node_list = nodes if isinstance(nodes, Sequence) else list(nodes)
+    verdicts: list[NodeVerdict | None] = [None] * len(node_list)
+    indices, candidates, matched, eligible = _filter_nodes(
+        nodes=node_list,
+        matches=selector.matches if selector is not None else None,
+        ready_names=_ready_node_names(service, endpoint_slices) if local else None,
+        verdicts=verdicts,
     )
-
-    verdicts: list[NodeVerdict | None] = []
-    candidates: list[tuple[int, NodeView]] = []
-    matched = eligible = 0
-    matches = selector.matches if selector is not None else None
-    for node in node_list:
-        cache = node.verdict_cache
-        if matches is not None and not matches(node.labels):
-            verdicts.append(cache.get("SelectorMismatch") or _new_verdict(node, "SelectorMismatch"))
-            continue
-        matched += 1
-        predicate = node.predicate
-        if predicate is not None:
-            verdicts.append(cache.get(predicate) or _new_verdict(node, predicate))
-            continue
-        eligible += 1
-        if ready_names is not None and node.name not in ready_names:
-            verdicts.append(cache.get("NoReadyEndpoint") or _new_verdict(node, "NoReadyEndpoint"))
-            continue
-        candidates.append((len(verdicts), node))
-        verdicts.append(None)
-        if node.invalid_addresses:
-            warnings.append(
-                f"Node {node.name}: ignored status.addresses that are not IP addresses:"
-                f" {', '.join(node.invalid_addresses)}"
-            )
-
+    warnings.extend(
+        f"Node {n.name}: ignored status.addresses that are not IP addresses:"
+        f" {', '.join(n.invalid_addresses)}"
+        for n in candidates
+        if n.invalid_addresses
+    )
+    pool = len(candidates)
     recheck_at: float | None = None
     not_ready: list[tuple[int, NodeView]] = []
     if settings.exclude_not_ready_nodes and candidates:
-        candidates, not_ready, recheck_at = _split_not_ready(candidates, settings, now)
+        indices, candidates, not_ready, recheck_at = _split_not_ready(
+            indices, candidates, settings=settings, now=now
+        )
+    fallback = settings.per_node_address_fallback
     v4, v6, hidden, selected = _addresses(
-        candidates=candidates, verdicts=verdicts, wanted=wanted,
-        fallback=settings.per_node_address_fallback,
-    )  # fmt: skip
+        indices=indices, candidates=candidates, verdicts=verdicts, wanted=wanted, fallback=fallback
+    )
     if not_ready and not (v4 or v6):
         warnings.append(
             f"every eligible node with an address is NotReady beyond the"
             f" {settings.not_ready_grace_seconds:g}s grace period; advertising them anyway"
         )
+        merged = sorted([*zip(indices, candidates, strict=True), *not_ready])
         v4, v6, hidden, selected = _addresses(
-            candidates=sorted(candidates + not_ready), verdicts=verdicts, wanted=wanted,
-            fallback=settings.per_node_address_fallback,
+            indices=[i for i, _ in merged], candidates=[n for _, n in merged],
+            verdicts=verdicts, wanted=wanted, fallback=fallback,
         )  # fmt: skip
     else:
         key = ("NotReady", settings.not_ready_grace_seconds)
@@ -362,53 +369,69 @@ def select(
             f" {_family_names(wanted)} are not advertised because other nodes have one"
             " (option per_node_address_fallback advertises their InternalIP)"
         )
-
     mode = settings.ip_mode
-    by_family = {IPV4: v4, IPV6: v6}
-    ingress = tuple(
-        {"ip": table[value], "ipMode": mode}
-        for table in (by_family[f] for f in families)
-        for value in sorted(table)
-    )
-    counts = (len(node_list), matched, eligible, len(candidates) + len(not_ready), selected)
-    reason = _reason(ingress=ingress, counts=counts, selector=selector, wanted=wanted,
-                     local=ready_names is not None)  # fmt: skip
+    ingress: list[dict[str, str]] = []
+    for family in families:
+        table = v4 if family == IPV4 else v6
+        ingress += [{"ip": table[value], "ipMode": mode} for value in sorted(table)]
+    reason = _reason(
+        ingress=ingress, counts=(len(node_list), matched, eligible, pool, selected),
+        selector=selector, wanted=wanted, local=local,
+    )  # fmt: skip
     return Selection(
-        service.namespace, service.name, True, reason, ingress, None,
+        service.namespace, service.name, True, reason, tuple(ingress), None,
         tuple(verdicts),  # type: ignore[arg-type]  # every slot is filled by now
         tuple(warnings), recheck_at,
     )  # fmt: skip
 
 
+def _selector(
+    service: ServiceView, settings: SelectionSettings, warnings: list[str]
+) -> Selector | None:
+    """The parsed selector annotation; ``None`` when absent or empty (matches all nodes).
+
+    Raises:
+        SelectorError: the annotation is not a valid apimachinery label selector.
+    """
+    if service.match_node_labels is None:
+        return None
+    selector = parse_cached(service.match_node_labels)
+    if not selector.empty():
+        return selector
+    warnings.append(
+        f"annotation {settings.match_node_labels_annotation} is empty: every node matches"
+    )
+    return None
+
+
 def _split_not_ready(
-    candidates: list[tuple[int, NodeView]], settings: SelectionSettings, now: float
-) -> tuple[list[tuple[int, NodeView]], list[tuple[int, NodeView]], float | None]:
+    indices: list[int], candidates: list[NodeView], *, settings: SelectionSettings, now: float
+) -> tuple[list[int], list[NodeView], list[tuple[int, NodeView]], float | None]:
     """Option ``exclude_not_ready_nodes``: split off nodes whose ``Ready`` condition has not
     been ``True`` for longer than the grace period (no transition time: treated as long
-    ago). Returns ``(ready, not_ready, recheck_at)``, ``recheck_at`` being the earliest
-    moment a node still within its grace period would be dropped."""
+    ago). Returns the kept indices and nodes, the dropped ``(index, node)`` pairs and
+    ``recheck_at``, the earliest moment a node still within its grace period would go."""
     grace = settings.not_ready_grace_seconds
-    ready: list[tuple[int, NodeView]] = []
+    kept_indices: list[int] = []
+    kept: list[NodeView] = []
     not_ready: list[tuple[int, NodeView]] = []
     recheck_at: float | None = None
-    for item in candidates:
-        node = item[1]
-        if node.ready is True:
-            ready.append(item)
-            continue
+    for idx, node in zip(indices, candidates, strict=True):
         since = node.ready_since
-        if since is None or now - since > grace:
-            not_ready.append(item)
-            continue
-        ready.append(item)
-        deadline = since + grace
-        recheck_at = deadline if recheck_at is None else min(recheck_at, deadline)
-    return ready, not_ready, recheck_at
+        if node.ready is not True:
+            if since is None or now - since > grace:
+                not_ready.append((idx, node))
+                continue
+            deadline = since + grace
+            recheck_at = deadline if recheck_at is None else min(recheck_at, deadline)
+        kept_indices.append(idx)
+        kept.append(node)
+    return kept_indices, kept, not_ready, recheck_at
 
 
 def _reason(
     *,
-    ingress: tuple[dict[str, str], ...],
+    ingress: list[dict[str, str]],
     counts: tuple[int, int, int, int, int],
     selector: object,
     wanted: int,

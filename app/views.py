@@ -71,6 +71,13 @@ class NodeAddress:
         object.__setattr__(self, "value", parsed[2] if parsed else 0)
 
 
+def _mask(entries: tuple[tuple[int, int, str], ...]) -> int:
+    mask = 0
+    for bit, _, _ in entries:
+        mask |= bit
+    return mask
+
+
 @dataclass(frozen=True, slots=True)
 class NodeView:
     """What selection reads from a Node (DESIGN.md §4.2, §4.4).
@@ -78,7 +85,9 @@ class NodeView:
     Derived fields (not init arguments): ``predicate`` is the first KEP-3458 predicate
     that drops the node (``"Deleting"``, ``"ExcludedByLabel"``, ``"AutoscalerTaint"``) or
     ``None``; ``external_families`` / ``internal_families`` are bit masks (IPv4=1, IPv6=2)
-    of the families the node has ExternalIPs / InternalIPs of. ``verdict_cache`` memoises
+    of the families the node has ExternalIPs / InternalIPs of, and ``external_entries`` /
+    ``internal_entries`` those addresses as ``(family bit, integer value, text)``, in API
+    order. ``verdict_cache`` memoises
     the node's :class:`app.nodeipam.NodeVerdict` objects, so 5,000-node selections
     allocate nothing per node.
     """
@@ -94,6 +103,12 @@ class NodeView:
     predicate: str | None = field(init=False, compare=False, repr=False)
     external_families: int = field(init=False, compare=False, repr=False)
     internal_families: int = field(init=False, compare=False, repr=False)
+    external_entries: tuple[tuple[int, int, str], ...] = field(
+        init=False, compare=False, repr=False
+    )
+    internal_entries: tuple[tuple[int, int, str], ...] = field(
+        init=False, compare=False, repr=False
+    )
     verdict_cache: dict[Hashable, Any] = field(
         init=False, compare=False, repr=False, default_factory=dict
     )
@@ -106,15 +121,17 @@ class NodeView:
             predicate = "ExcludedByLabel"
         elif AUTOSCALER_TAINT in self.taint_keys:
             predicate = "AutoscalerTaint"
-        ext = internal = 0
-        for a in self.addresses:
-            if a.type == "ExternalIP":
-                ext |= FAMILY_BIT[a.family]
-            else:
-                internal |= FAMILY_BIT[a.family]
+        external = tuple(
+            (FAMILY_BIT[a.family], a.value, a.ip) for a in self.addresses if a.type == "ExternalIP"
+        )
+        internal = tuple(
+            (FAMILY_BIT[a.family], a.value, a.ip) for a in self.addresses if a.type == "InternalIP"
+        )
         object.__setattr__(self, "predicate", predicate)
-        object.__setattr__(self, "external_families", ext)
-        object.__setattr__(self, "internal_families", internal)
+        object.__setattr__(self, "external_entries", external)
+        object.__setattr__(self, "internal_entries", internal)
+        object.__setattr__(self, "external_families", _mask(external))
+        object.__setattr__(self, "internal_families", _mask(internal))
 
 
 @dataclass(frozen=True, slots=True)
