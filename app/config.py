@@ -99,6 +99,8 @@ class Settings(BaseSettings):
     renew_deadline_seconds: float = Field(default=10.0, gt=0)
     retry_period_seconds: float = Field(default=2.0, gt=0)
     workers: int = Field(default=4, ge=1, le=64)
+    watch_timeout_seconds: int = Field(default=300, ge=1, le=3600)
+    request_timeout_seconds: float = Field(default=10.0, gt=0)
     auth: AuthMode | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -1,0 +1,303 @@
+"""Wiring of the reconciler: informers → cache → event-to-key mapping → work queue → workers,
+under leader election (DESIGN.md §5).
+
+Every replica runs the informers (admission and preview read the cache). Only the leader
+enqueues and reconciles: worker threads exist on every replica but the queue is fed only
+while leading, and each status write re-checks leadership. Keys are enqueued once the three
+kinds are synced; on that moment and on every acquisition of the Lease, every Service is
+enqueued once (the queue deduplicates).
+
+Event → keys (what can change a Service's result, §5):
+
+- a Service event: that Service;
+- an EndpointSlice event: ``namespace/<kubernetes.io/service-name>`` of the old and new
+  slice, when that Service is managed with ``externalTrafficPolicy: Local`` (nothing else
+  reads endpoints; a Service not yet in the cache is enqueued by its own event);
+- a Node event: nothing when the old and new NodeView are equal (heartbeats touch nothing a
+  view holds); otherwise the managed Services whose selector matches the old or new labels
+  (an unparsable selector is skipped: its Service is never written), and for eTP=Local only
+  those with a ready endpoint on that Node.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
+
+from app import metrics
+from app.cache import Change, ClusterCache, service_key
+from app.config import Settings
+from app.events import EventRecorder
+from app.informer import Informer
+from app.kube import ApiError, Kind, KubeAPI, KubernetesAPI
+from app.leader import LeaderElector
+from app.logs import log_event
+from app.nodeipam import LOCAL, is_managed
+from app.reconciler import Reconciler
+from app.selector import SelectorError, parse_cached
+from app.views import NodeView, ServiceView, endpoint_slice_view, node_view, service_view
+from app.workqueue import WorkQueue
+
+LOG = logging.getLogger("node_ipam_lb.controller")
+
+
+def services_for_node_change(
+    *,
+    old: NodeView | None,
+    new: NodeView | None,
+    managed: Iterable[ServiceView],
+    cache: ClusterCache,
+) -> list[str]:
+    """Keys of the managed Services whose Selection a Node change can alter (module doc).
+
+    ``old``/``new`` are the Node before/after (``None``: added/deleted); ``managed`` the
+    Services for which :func:`app.nodeipam.is_managed` holds.
+    """
+    if old == new or (old is None and new is None):
+        return []
+    name = new.name if new is not None else old.name  # type: ignore[union-attr]
+    keys = []
+    for service in managed:
+        if service.match_node_labels is not None:
+            try:
+                selector = parse_cached(service.match_node_labels)
+            except SelectorError:
+                continue
+            if not (
+                (old is not None and selector.matches(old.labels))
+                or (new is not None and selector.matches(new.labels))
+            ):
+                continue
+        if service.external_traffic_policy == LOCAL and not any(
+            name in s.ready_node_names
+            for s in cache.endpoint_slices(service.namespace, service.name)
+        ):
+            continue
+        keys.append(service_key(service.namespace, service.name))
+    return keys
+
+
+class Controller:
+    """The reconciler process part (interfaces.md): ``start``/``stop``, ``ready``,
+    ``healthy``, ``is_leader``; ``cache`` is read by the web layer.
+
+    ``api`` replaces the client built from ``api_client`` (tests pass an in-memory one).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        api_client: Any,
+        identity: str,
+        api: KubeAPI | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.identity = identity
+        self.cache = ClusterCache()
+        self._api: KubeAPI = api or KubernetesAPI(
+            api_client, request_timeout=settings.request_timeout_seconds
+        )
+        self._selection = settings.selection()
+        self.queue = WorkQueue()
+        self._lock = threading.Lock()
+        self._managed: dict[str, ServiceView] = {}
+        self._enqueued_after_sync = False
+        self._stopping = threading.Event()
+        self._workers: list[threading.Thread] = []
+        self._started = False
+        self.recorder = EventRecorder(api=self._api, identity=identity, clock=wall_clock)
+        self.elector: LeaderElector | None = None
+        if settings.leader_elect:
+            self.elector = LeaderElector(
+                api=self._api,
+                namespace=settings.leader_election_namespace,
+                name=settings.leader_election_id,
+                identity=identity,
+                lease_duration=settings.lease_duration_seconds,
+                renew_deadline=settings.renew_deadline_seconds,
+                retry_period=settings.retry_period_seconds,
+                on_started_leading=self._enqueue_all,
+                wall_clock=wall_clock,
+            )
+        self.reconciler = Reconciler(
+            cache=self.cache,
+            api=self._api,
+            recorder=self.recorder,
+            settings=self._selection,
+            is_leader=self.is_leader,
+            wall_clock=wall_clock,
+        )
+        annotation = self._selection.match_node_labels_annotation
+        views: dict[Kind, Callable[..., Any]] = {
+            "nodes": node_view,
+            "services": partial(service_view, match_node_labels_annotation=annotation),
+            "endpointslices": endpoint_slice_view,
+        }
+        self.informers = [
+            Informer(
+                kind=kind,
+                api=self._api,
+                cache=self.cache,
+                to_view=views[kind],
+                handler=self._on_changes,
+                watch_timeout_seconds=settings.watch_timeout_seconds,
+            )
+            for kind in views
+        ]
+
+    def start(self) -> None:
+        """Start informers, leader election and workers on daemon threads; returns at once."""
+        if self._started:
+            return
+        self._started = True
+        log_event(
+            LOG,
+            "controller starting",
+            identity=self.identity,
+            leader_elect=self.settings.leader_elect,
+            workers=self.settings.workers,
+        )
+        for informer in self.informers:
+            informer.start()
+        for index in range(self.settings.workers):
+            thread = threading.Thread(target=self._work, name=f"reconcile-{index}", daemon=True)
+            thread.start()
+            self._workers.append(thread)
+        if self.elector is not None:
+            self.elector.start()
+        else:
+            metrics.LEADER_STATUS.labels(self.settings.leader_election_id).set(1)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop workers (no write after this returns), informers, and release the Lease."""
+        deadline = time.monotonic() + timeout
+        self._stopping.set()
+        self.queue.shut_down()
+        for informer in self.informers:
+            informer.stop()
+        for thread in self._workers:
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        if self.elector is not None:
+            self.elector.stop(max(deadline - time.monotonic(), 0.1))
+        for informer in self.informers:
+            informer.join(max(deadline - time.monotonic(), 0.0))
+        log_event(LOG, "controller stopped", identity=self.identity)
+
+    def ready(self) -> bool:
+        """True once the first full list of Nodes, Services and EndpointSlices is cached."""
+        return self.cache.synced
+
+    def healthy(self) -> tuple[bool, str]:
+        """Liveness: ``(False, why)`` when a watch has had no event, bookmark or reconnect
+        for longer than twice the watch timeout plus the read-timeout slack and maximal
+        backoff (a hung connection), or an informer thread has died."""
+        bound = 2 * (self.settings.watch_timeout_seconds + 15) + 30
+        for informer in self.informers:
+            if self._started and not self._stopping.is_set() and not informer.alive():
+                return False, f"the {informer.kind} informer thread has stopped"
+            idle = informer.stuck_for()
+            if idle > bound:
+                return False, (
+                    f"watch on {informer.kind} had no event, bookmark or reconnect"
+                    f" for {idle:.0f}s (bound {bound}s)"
+                )
+        return True, "ok"
+
+    def is_leader(self) -> bool:
+        """True when this replica may write (always, with ``leader_elect`` false)."""
+        if self._stopping.is_set():
+            return False
+        return self.elector is None or self.elector.is_leader()
+
+    def _enqueue(self, keys: Iterable[str]) -> None:
+        if self._enqueued_after_sync and self.is_leader():
+            for key in keys:
+                self.queue.add(key)
+
+    def _enqueue_all(self) -> None:
+        if self.cache.synced and self.is_leader():
+            for service in self.cache.services():
+                self.queue.add(service_key(service.namespace, service.name))
+
+    def _on_changes(self, kind: Kind, changes: list[Change]) -> None:
+        if kind == "services":
+            self._track_managed(changes)
+            self._enqueue(key for key, _, _ in changes)
+        elif kind == "endpointslices":
+            with self._lock:
+                managed = self._managed
+                keys = {
+                    service_key(view.namespace, view.service_name)
+                    for _, old, new in changes
+                    for view in (old, new)
+                    if view is not None and view.service_name is not None
+                }
+                keys = {
+                    k for k in keys if k in managed and managed[k].external_traffic_policy == LOCAL
+                }
+            self._enqueue(keys)
+        elif self._enqueued_after_sync:
+            with self._lock:
+                managed_services = list(self._managed.values())
+            for _, old, new in changes:
+                self._enqueue(
+                    services_for_node_change(
+                        old=old, new=new, managed=managed_services, cache=self.cache
+                    )
+                )
+        if not self._enqueued_after_sync and self.cache.synced:
+            self._enqueued_after_sync = True
+            log_event(LOG, "caches synced", services=len(self.cache.services()))
+            self._enqueue_all()
+
+    def _track_managed(self, changes: list[Change]) -> None:
+        with self._lock:
+            for key, _, new in changes:
+                if new is not None and is_managed(new, self._selection)[0]:
+                    self._managed[key] = new
+                else:
+                    self._managed.pop(key, None)
+            metrics.MANAGED_SERVICES.set(len(self._managed))
+
+    def _work(self) -> None:
+        while not self._stopping.is_set():
+            key = self.queue.get(timeout=1.0)
+            if key is None:
+                continue
+            try:
+                if self.is_leader():
+                    self._process(key)
+            finally:
+                self.queue.done(key)
+
+    def _process(self, key: str) -> None:
+        start = time.perf_counter()
+        result = "success"
+        try:
+            delay = self.reconciler.reconcile(key)
+            self.queue.forget(key)
+            if delay is not None:
+                result = "requeue_after"
+                self.queue.add_after(key, delay)
+        except Exception as err:
+            result = "error"
+            metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
+            delay = self.queue.add_rate_limited(key)
+            if not isinstance(err, ApiError):
+                LOG.exception("reconcile failed", extra={"fields": {"service": key}})
+            log_event(
+                LOG,
+                "reconcile failed, requeued",
+                level=logging.DEBUG,
+                service=key,
+                retry_in_seconds=delay,
+            )
+        finally:
+            metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.perf_counter() - start)
+            metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, result).inc()

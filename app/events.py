@@ -1,0 +1,171 @@
+"""Events on Services, emitted only when what we would say changes (DESIGN.md §5).
+
+The Python client has no event recorder (no client-go ``EventBroadcaster``, no
+aggregation), so this keeps the last Event emitted per Service in memory and creates a
+new one only when the ``(type, reason, note)`` differs: a Service flapping between two
+states produces one Event per flap, a steady Service none. Events are
+``events.k8s.io/v1`` (``reportingController``/``reportingInstance``); if that API is not
+served (404) it falls back to core ``v1`` Events once and stays there. A failure to create
+an Event is logged, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from app import metrics
+from app.kube import ApiError, KubeAPI
+from app.logs import log_event
+
+LOG = logging.getLogger("node_ipam_lb.events")
+
+REPORTING_CONTROLLER = "node-ipam-lb.io/controller"
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceEvent:
+    """What to say about one Service: ``type`` Normal/Warning, ``reason``
+    (UpperCamelCase, e.g. ``IPsAssigned``), ``action`` (machine-readable verb) and
+    ``note`` (human sentence, at most 1 kB once sent)."""
+
+    type: str
+    reason: str
+    action: str
+    note: str
+
+
+def micro_time(epoch: float) -> str:
+    """Kubernetes ``MicroTime`` text (RFC 3339, microseconds, ``Z``) for epoch seconds."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class EventRecorder:
+    """Creates Events on Services, deduplicated per Service; thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        api: KubeAPI,
+        identity: str,
+        reporting_controller: str = REPORTING_CONTROLLER,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._api = api
+        self._identity = identity[:128]
+        self._controller = reporting_controller
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[str, ServiceEvent] = {}
+        self._core_v1 = False
+
+    def emit(
+        self, *, namespace: str, name: str, event: ServiceEvent, record_only: bool = False
+    ) -> bool:
+        """Create ``event`` on Service ``namespace/name`` unless it is the last one emitted
+        for that Service. ``record_only`` remembers it as the Service's state without
+        sending (so the next real change is compared against it). Returns True when an
+        Event was created."""
+        key = f"{namespace}/{name}"
+        with self._lock:
+            if self._last.get(key) == event:
+                return False
+            self._last[key] = event
+        if record_only:
+            return False
+        try:
+            self._create(namespace=namespace, name=name, event=event)
+        except ApiError as err:
+            with self._lock:
+                if self._last.get(key) == event:
+                    del self._last[key]  # not sent: a later reconcile may try again
+            metrics.EVENTS_EMITTED.labels(event.reason, "error").inc()
+            log_event(
+                LOG,
+                "creating event failed",
+                level=logging.WARNING,
+                service=key,
+                reason=event.reason,
+                error=str(err),
+            )
+            return False
+        metrics.EVENTS_EMITTED.labels(event.reason, "success").inc()
+        return True
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop the memory of Service ``namespace/name`` (it was deleted)."""
+        with self._lock:
+            self._last.pop(f"{namespace}/{name}", None)
+
+    def _create(self, *, namespace: str, name: str, event: ServiceEvent) -> None:
+        if not self._core_v1:
+            try:
+                self._api.create_event(
+                    namespace=namespace, body=self._events_v1(namespace, name, event)
+                )
+                return
+            except ApiError as err:
+                if err.status != 404:
+                    raise
+                # 404 on the collection: events.k8s.io/v1 is not served here.
+                self._core_v1 = True
+        self._api.create_event(namespace=namespace, body=self._core(namespace, name, event))
+
+    def _metadata(self, namespace: str, name: str) -> dict[str, str]:
+        # client-go names Events "<object>.<unique hex>".
+        return {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace}
+
+    def _events_v1(self, namespace: str, name: str, event: ServiceEvent) -> dict[str, Any]:
+        return {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": self._metadata(namespace, name),
+            "eventTime": micro_time(self._clock()),
+            "reportingController": self._controller,
+            "reportingInstance": self._identity,
+            "action": event.action,
+            "reason": event.reason,
+            "note": event.note[:1024],
+            "type": event.type,
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "namespace": namespace,
+                "name": name,
+            },
+        }
+
+    def _core(self, namespace: str, name: str, event: ServiceEvent) -> dict[str, Any]:
+        now = self._clock()
+        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": self._metadata(namespace, name),
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "namespace": namespace,
+                "name": name,
+            },
+            "reason": event.reason,
+            "message": event.note[:1024],
+            "type": event.type,
+            "action": event.action,
+            "source": {"component": self._controller},
+            "reportingComponent": self._controller,
+            "reportingInstance": self._identity,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "eventTime": micro_time(now),
+            "count": 1,
+        }

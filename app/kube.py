@@ -1,0 +1,286 @@
+"""The one client layer: every HTTP call to the Kubernetes API lives here.
+
+:class:`KubeAPI` is the small protocol the reconciler, informers, event recorder and leader
+election use (httpx "transport" style): :class:`KubernetesAPI` implements it on the official
+``kubernetes`` client, and tests use an in-memory implementation.
+
+Bodies are plain JSON dicts. The real implementation calls the API with the client's
+low-level ``param_serialize``/``call_api`` and ``json.loads`` the raw body, so the client
+never builds its (slow, memory-hungry) model objects; watch streams are read as raw
+line-delimited JSON. Every request has a timeout; a watch can be closed from another thread
+(``urllib3`` ``HTTPResponse.shutdown``) so ``stop()`` is prompt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any, Literal, Protocol
+
+Kind = Literal["nodes", "services", "endpointslices"]
+
+COLLECTIONS: dict[str, str] = {
+    "nodes": "/api/v1/nodes",
+    "services": "/api/v1/services",
+    "endpointslices": "/apis/discovery.k8s.io/v1/endpointslices",
+}
+"""Cluster-wide collection path of each watched kind."""
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    """A failed API call.
+
+    ``status`` is the HTTP status code, or 0 when no response arrived (connection refused,
+    timeout, TLS error, broken stream). ``reason`` is the Status message or transport error.
+    """
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status}: {reason}" if status else reason)
+        self.status = status
+        self.reason = reason
+
+
+class WatchStream(Protocol):
+    """An open watch: iterate decoded watch events; :meth:`close` ends it from any thread."""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+class KubeAPI(Protocol):
+    """The calls this controller makes. Errors: :class:`ApiError`, never anything else."""
+
+    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
+        """GET a page of the cluster-wide List of ``kind`` (``items``, ``metadata``)."""
+        ...
+
+    def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> WatchStream:
+        """Open a watch from ``resource_version`` with ``allowWatchBookmarks=true``."""
+        ...
+
+    def patch_service_status(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        """JSON merge patch ``services/{name}/status``; returns the Service."""
+        ...
+
+    def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
+        """POST an Event (``events.k8s.io/v1`` or core ``v1``, from ``body['apiVersion']``)."""
+        ...
+
+    def read_lease(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET a ``coordination.k8s.io/v1`` Lease; ``None`` when it does not exist."""
+        ...
+
+    def create_lease(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a Lease; 409 when it already exists."""
+        ...
+
+    def replace_lease(self, *, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT a Lease; 409 when ``body.metadata.resourceVersion`` is stale."""
+        ...
+
+
+class KubernetesAPI:
+    """:class:`KubeAPI` on a ``kubernetes.client.ApiClient`` (kubeconfig or in-cluster).
+
+    ``request_timeout`` (seconds) bounds every non-watch call, connect and read.
+    """
+
+    def __init__(self, api_client: Any, *, request_timeout: float = 10.0) -> None:
+        self._client = api_client
+        self._timeout = request_timeout
+
+    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
+        """See :meth:`KubeAPI.list_page`."""
+        query: list[tuple[str, Any]] = [("limit", limit)]
+        if continue_token:
+            query.append(("continue", continue_token))
+        return self._json("GET", COLLECTIONS[kind], query=query)
+
+    def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> WatchStream:
+        """See :meth:`KubeAPI.watch`; the socket read timeout is ``timeout_seconds + 15``."""
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        response = self._call(
+            "GET", COLLECTIONS[kind], query=query, timeout=(self._timeout, timeout_seconds + 15)
+        )
+        raw = response.response
+        if not 200 <= response.status <= 299:
+            _raise_for(response.status, _read_all(raw))
+        return _RawWatch(raw)
+
+    def patch_service_status(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        """See :meth:`KubeAPI.patch_service_status`."""
+        path = f"/api/v1/namespaces/{namespace}/services/{name}/status"
+        return self._json("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
+        """See :meth:`KubeAPI.create_event`."""
+        if body.get("apiVersion") == "v1":
+            path = f"/api/v1/namespaces/{namespace}/events"
+        else:
+            path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+        self._json("POST", path, body=body)
+
+    def read_lease(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        """See :meth:`KubeAPI.read_lease`."""
+        try:
+            return self._json("GET", _lease_path(namespace, name))
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def create_lease(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """See :meth:`KubeAPI.create_lease`."""
+        return self._json("POST", _lease_path(namespace, None), body=body)
+
+    def replace_lease(self, *, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """See :meth:`KubeAPI.replace_lease`."""
+        return self._json("PUT", _lease_path(namespace, name), body=body)
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        response = self._call(
+            method, path, query=query, body=body, content_type=content_type, timeout=None
+        )
+        try:
+            data = response.read()
+        except Exception as err:  # urllib3 raises several unrelated types mid-body
+            raise ApiError(0, f"{method} {path}: reading the response: {err}") from err
+        if not 200 <= response.status <= 299:
+            _raise_for(response.status, data)
+        try:
+            decoded = json.loads(data)
+        except ValueError as err:
+            raise ApiError(response.status, f"{method} {path}: response is not JSON") from err
+        if not isinstance(decoded, dict):
+            raise ApiError(response.status, f"{method} {path}: response is not a JSON object")
+        return decoded
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None,
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+        timeout: tuple[float, float] | None,
+    ) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            request = self._client.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            return self._client.call_api(
+                *request, _request_timeout=timeout or (self._timeout, self._timeout)
+            )
+        except Exception as err:  # urllib3/ssl/socket errors and ApiException(status=0)
+            raise ApiError(0, f"{method} {path}: {err}") from err
+
+
+class _RawWatch:
+    """Line-delimited JSON watch events read straight off a urllib3 response."""
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        buffer = b""
+        try:
+            for chunk in self._chunks():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield _decode_event(line)
+        except ApiError:
+            raise
+        except Exception as err:  # ProtocolError, ReadTimeoutError, OSError after close()
+            if not self._closed.is_set():
+                raise ApiError(0, f"watch stream broken: {err}") from err
+        finally:
+            self.close()
+        if buffer.strip() and not self._closed.is_set():
+            yield _decode_event(buffer)
+
+    def _chunks(self) -> Iterator[bytes]:
+        response = self._response
+        if response.chunked and response.supports_chunked_reads():
+            yield from response.read_chunked(decode_content=True)
+            return
+        while not self._closed.is_set():
+            data = response.read1(65536)
+            if not data:
+                return
+            yield data
+
+    def close(self) -> None:
+        """End the stream now, also when another thread is blocked reading it."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        # Already closed or no socket left: nothing to interrupt, nothing to release.
+        with contextlib.suppress(Exception):
+            self._response.shutdown()
+        with contextlib.suppress(Exception):
+            self._response.release_conn()
+
+
+def _decode_event(line: bytes) -> dict[str, Any]:
+    try:
+        event = json.loads(line)
+    except ValueError as err:
+        raise ApiError(0, f"watch event is not JSON: {line[:200]!r}") from err
+    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+        raise ApiError(0, f"watch event has no object: {line[:200]!r}")
+    return event
+
+
+def _read_all(raw: Any) -> bytes:
+    try:
+        return bytes(raw.data)
+    except Exception:  # the error body is best effort
+        return b""
+
+
+def _raise_for(status: int, data: bytes) -> None:
+    reason = data.decode("utf-8", "replace")[:500]
+    try:
+        decoded = json.loads(data)
+        if isinstance(decoded, dict) and isinstance(decoded.get("message"), str):
+            reason = decoded["message"]
+    except ValueError:
+        pass
+    raise ApiError(status, reason)
+
+
+def _lease_path(namespace: str, name: str | None) -> str:
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    return base if name is None else f"{base}/{name}"

@@ -1,0 +1,209 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, with client-go's semantics.
+
+The ``kubernetes`` package's own ``leaderelection`` (37.x has a LeaseLock) was not used: it
+takes whole seconds, builds its API object from the global default client, never releases
+the Lease on shutdown (no ``ReleaseOnCancel``), does not count ``leaseTransitions``, cannot be
+stopped (its loops ``time.sleep`` forever) and writes naive local timestamps. This module is
+the small correct subset of client-go ``tools/leaderelection``:
+
+- ``tryAcquireOrRenew``: read the Lease (create it when absent); a Lease held by another
+  identity is taken only once its record has not changed for ``leaseDurationSeconds`` of
+  *our* clock (no clock-skew trust in ``renewTime``); the update is a PUT carrying the read
+  ``resourceVersion`` (optimistic concurrency, 409 = someone else won); ``acquireTime`` and
+  ``renewTime`` are MicroTime; ``leaseTransitions`` grows on every change of holder.
+- The leader renews every ``retry_period``; when no renew succeeded for ``renew_deadline`` it
+  stops leading at once (:meth:`LeaderElector.is_leader` turns false by the clock even if a
+  renew call hangs) and becomes a candidate again.
+- :meth:`LeaderElector.stop` releases a held Lease like ``ReleaseOnCancel``: empty
+  ``holderIdentity``, ``leaseDurationSeconds: 1``, so a standby takes over within a retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from app import metrics
+from app.events import micro_time
+from app.kube import ApiError, KubeAPI
+from app.logs import log_event
+
+LOG = logging.getLogger("node_ipam_lb.leader")
+
+
+class LeaderElector:
+    """Campaigns for one Lease on a thread; calls ``on_started_leading``/``on_stopped_leading``
+    (on that thread) when leadership is gained or lost. Durations are seconds."""
+
+    def __init__(
+        self,
+        *,
+        api: KubeAPI,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        on_started_leading: Callable[[], None] = lambda: None,
+        on_stopped_leading: Callable[[], None] = lambda: None,
+        wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._api = api
+        self._namespace = namespace
+        self._name = name
+        self.identity = identity
+        self._lease_duration = lease_duration
+        self._renew_deadline = renew_deadline
+        self._retry_period = retry_period
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._wall = wall_clock
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._leading = False
+        self._last_renew = -math.inf
+        self._observed_spec: dict[str, Any] | None = None
+        self._observed_time = -math.inf
+
+    def start(self) -> None:
+        """Start campaigning on a daemon thread (returns at once)."""
+        self._thread = threading.Thread(target=self.run, name="leader-election", daemon=True)
+        self._thread.start()
+
+    def is_leader(self) -> bool:
+        """True while we hold the Lease and the last successful renew is younger than the
+        renew deadline (so a hung renew call cannot keep a stale leader writing)."""
+        with self._lock:
+            return self._leading and self._clock() - self._last_renew < self._renew_deadline
+
+    def run(self) -> None:
+        """Thread body: acquire, renew, step down on a missed deadline, until stopped."""
+        while not self._stop.is_set():
+            succeeded = self.try_acquire_or_renew()
+            self._after_attempt(succeeded)
+            if self._stop.is_set():
+                break
+            wait = self._retry_period
+            if not self.is_leader():
+                wait *= 1.0 + 0.2 * random.random()  # client-go JitterUntil spreads candidates
+            self._stop.wait(wait)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop campaigning; if leading, step down and release the Lease."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        with self._lock:
+            was_leading = self._leading
+        if was_leading:
+            self._set_leading(False)
+            self._release()
+
+    def try_acquire_or_renew(self) -> bool:
+        """One client-go ``tryAcquireOrRenew``: True when we hold the Lease afterwards."""
+        now = self._wall()
+        try:
+            lease = self._api.read_lease(namespace=self._namespace, name=self._name)
+            if lease is None:
+                record = self._record(acquire_time=micro_time(now), renew=now, transitions=0)
+                body = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": self._name, "namespace": self._namespace},
+                    "spec": record,
+                }
+                self._api.create_lease(namespace=self._namespace, body=body)
+                self._observe(record)
+                return True
+            spec = lease.get("spec") if isinstance(lease.get("spec"), dict) else {}
+            assert isinstance(spec, dict)
+            self._observe(spec)
+            holder = spec.get("holderIdentity") or ""
+            duration = spec.get("leaseDurationSeconds")
+            if not isinstance(duration, int) or duration <= 0:
+                duration = math.ceil(self._lease_duration)
+            held_by_other = holder and holder != self.identity
+            if held_by_other and self._observed_time + duration > self._clock():
+                return False
+            transitions = spec.get("leaseTransitions")
+            transitions = transitions if isinstance(transitions, int) else 0
+            if holder == self.identity:
+                acquire = spec.get("acquireTime") or micro_time(now)
+            else:
+                acquire, transitions = micro_time(now), transitions + 1
+            lease["spec"] = self._record(acquire_time=acquire, renew=now, transitions=transitions)
+            self._api.replace_lease(namespace=self._namespace, name=self._name, body=lease)
+            self._observe(lease["spec"])
+            return True
+        except ApiError as err:
+            if err.status != 409:
+                log_event(LOG, "lease request failed", level=logging.WARNING, error=str(err))
+            return False
+
+    def _record(self, *, acquire_time: str, renew: float, transitions: int) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, math.ceil(self._lease_duration)),
+            "acquireTime": acquire_time,
+            "renewTime": micro_time(renew),
+            "leaseTransitions": transitions,
+        }
+
+    def _observe(self, spec: dict[str, Any]) -> None:
+        if spec != self._observed_spec:
+            self._observed_spec = dict(spec)
+            self._observed_time = self._clock()
+
+    def _after_attempt(self, succeeded: bool) -> None:
+        if succeeded:
+            with self._lock:
+                self._last_renew = self._clock()
+            if not self._leading:
+                self._set_leading(True)
+        elif self._leading and self._clock() - self._last_renew >= self._renew_deadline:
+            self._set_leading(False)
+
+    def _set_leading(self, leading: bool) -> None:
+        with self._lock:
+            if self._leading == leading:
+                return
+            self._leading = leading
+        metrics.LEADER_STATUS.labels(self._name).set(1 if leading else 0)
+        log_event(
+            LOG,
+            "leadership acquired" if leading else "leadership lost",
+            level=logging.INFO if leading else logging.WARNING,
+            lease=f"{self._namespace}/{self._name}",
+            identity=self.identity,
+        )
+        (self._on_started if leading else self._on_stopped)()
+
+    def _release(self) -> None:
+        """client-go ``release()``: hand the Lease back if it is still ours."""
+        try:
+            lease = self._api.read_lease(namespace=self._namespace, name=self._name)
+            spec = lease.get("spec") if lease is not None else None
+            if not isinstance(spec, dict) or spec.get("holderIdentity") != self.identity:
+                return
+            now = micro_time(self._wall())
+            assert lease is not None
+            lease["spec"] = {
+                "holderIdentity": "",
+                "leaseDurationSeconds": 1,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": spec.get("leaseTransitions", 0),
+            }
+            self._api.replace_lease(namespace=self._namespace, name=self._name, body=lease)
+            log_event(LOG, "lease released", lease=f"{self._namespace}/{self._name}")
+        except ApiError as err:
+            log_event(LOG, "releasing the lease failed", level=logging.WARNING, error=str(err))

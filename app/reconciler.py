@@ -1,0 +1,201 @@
+"""Reconcile one Service key: the thin shell around :func:`app.nodeipam.select` (DESIGN.md §5).
+
+For ``namespace/name``: read the :class:`~app.views.ServiceView` from the cache (gone:
+done); not managed (§3): never write; otherwise compute the :class:`~app.nodeipam.Selection`
+from the cached Nodes and EndpointSlices and, only when :func:`app.status.ingress_differs`,
+PATCH ``services/{name}/status`` with a JSON merge patch holding nothing but
+``status.loadBalancer.ingress``.
+
+**Stale cache and the missing resourceVersion precondition (a deliberate choice).** The
+merge patch carries no ``metadata.resourceVersion``. The ingress we write is a function of
+the Nodes and EndpointSlices only, never of the stored status, and no one else writes the
+status of a Service we manage; the stored value is read solely to skip no-op writes. A stale
+cache therefore costs at most one redundant, identical write, or a write computed from
+slightly old Nodes that the watch event still on its way corrects at once (it re-enqueues the
+Service). A precondition would turn every such case into a 409 + retry without making the
+result more correct. To avoid rewriting our own value while the watch has not yet delivered
+it, :class:`Reconciler` remembers ``(resourceVersion seen, ingress written)`` per Service and
+skips a write that repeats it against the same cached version.
+
+Errors: :class:`~app.kube.ApiError` from the PATCH propagates (the worker re-queues the key
+with backoff: 409 conflicts, 5xx, connection failures); 404 means the Service is gone: done.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from app import metrics
+from app.cache import ClusterCache
+from app.config import SelectionSettings
+from app.events import NORMAL, WARNING, EventRecorder, ServiceEvent
+from app.kube import ApiError, KubeAPI
+from app.logs import log_event
+from app.nodeipam import Selection, is_managed, select
+from app.status import ingress_differs
+
+LOG = logging.getLogger("node_ipam_lb.reconciler")
+
+
+def status_patch(ingress: tuple[dict[str, str], ...]) -> dict[str, Any]:
+    """The merge patch body that sets ``status.loadBalancer.ingress`` and nothing else."""
+    return {"status": {"loadBalancer": {"ingress": [dict(entry) for entry in ingress]}}}
+
+
+def no_eligible_nodes_note(selection: Selection) -> str:
+    """Explain an empty ingress from the Selection's own reason and verdicts.
+
+    E.g. ``"every matching Node is excluded (...); ExcludedByLabel: kind-control-plane
+    (has label node.kubernetes.io/exclude-from-external-load-balancers ...)"``: the
+    reason, then per verdict code (in first-seen order) up to three node names and the
+    verdict's sentence. Nothing about selection is recomputed here.
+    """
+    dropped = [v for v in selection.nodes if not v.selected]
+    counts = Counter(v.code for v in dropped)
+    parts = []
+    for code in counts:
+        names = [v.name for v in dropped if v.code == code]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        sentence = next(v.reason for v in dropped if v.code == code)
+        parts.append(f"{code}: {shown} ({sentence})")
+    return "; ".join([selection.reason, *parts])
+
+
+class Reconciler:
+    """Reconciles Service keys; safe to call from several worker threads (one key is never
+    processed by two workers at once: the work queue guarantees it)."""
+
+    def __init__(
+        self,
+        *,
+        cache: ClusterCache,
+        api: KubeAPI,
+        recorder: EventRecorder,
+        settings: SelectionSettings,
+        is_leader: Callable[[], bool],
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._cache = cache
+        self._api = api
+        self._recorder = recorder
+        self._settings = settings
+        self._is_leader = is_leader
+        self._wall = wall_clock
+        self._lock = threading.Lock()
+        self._written: dict[str, tuple[str | None, tuple[dict[str, str], ...]]] = {}
+        self._errors: dict[str, str] = {}
+
+    def reconcile(self, key: str) -> float | None:
+        """Bring Service ``key`` (``namespace/name``) to its desired status.
+
+        Returns the delay in seconds after which the key must be reconciled again (a
+        NotReady grace period runs out), or ``None``. Raises :class:`ApiError` when the
+        status write failed and should be retried with backoff.
+        """
+        namespace, _, name = key.partition("/")
+        service = self._cache.service(namespace, name)
+        if service is None or not is_managed(service, self._settings)[0]:
+            self._forget(key, namespace, name)
+            return None
+        now = self._wall()
+        selection = select(
+            service=service,
+            nodes=self._cache.nodes(),
+            endpoint_slices=self._cache.endpoint_slices(namespace, name),
+            settings=self._settings,
+            now=now,
+        )
+        if selection.error is not None or selection.ingress is None:
+            self._invalid_selector(key, selection)
+            return None
+        with self._lock:
+            self._errors.pop(key, None)
+        wrote = False
+        if ingress_differs(selection.ingress, service.ingress):
+            with self._lock:
+                repeat = self._written.get(key) == (service.resource_version, selection.ingress)
+            if not repeat:
+                wrote = self._write(key, service.resource_version, selection)
+                if not wrote:
+                    return None
+        self._report(selection, wrote=wrote)
+        if selection.recheck_at is None:
+            return None
+        return max(selection.recheck_at - now, 0.0)
+
+    def _write(self, key: str, version: str | None, selection: Selection) -> bool:
+        assert selection.ingress is not None
+        if not self._is_leader():
+            return False  # lost the Lease since the key was taken: no write, ever
+        try:
+            self._api.patch_service_status(
+                namespace=selection.namespace,
+                name=selection.name,
+                patch=status_patch(selection.ingress),
+            )
+        except ApiError as err:
+            if err.status == 404:
+                metrics.STATUS_WRITES.labels("not_found").inc()
+                return False
+            metrics.STATUS_WRITES.labels("conflict" if err.status == 409 else "error").inc()
+            log_event(
+                LOG,
+                "status write failed, will retry",
+                level=logging.WARNING,
+                service=key,
+                status=err.status,
+                error=err.reason,
+            )
+            raise
+        metrics.STATUS_WRITES.labels("success").inc()
+        with self._lock:
+            self._written[key] = (version, selection.ingress)
+        log_event(
+            LOG,
+            "status.loadBalancer.ingress written",
+            service=key,
+            ingress=[entry["ip"] for entry in selection.ingress],
+            reason=selection.reason,
+        )
+        return True
+
+    def _report(self, selection: Selection, *, wrote: bool) -> None:
+        assert selection.ingress is not None
+        if selection.ingress:
+            ips = ", ".join(entry["ip"] for entry in selection.ingress)
+            event = ServiceEvent(NORMAL, "IPsAssigned", "UpdateStatus", f"Assigned IPs: {ips}")
+        else:
+            note = no_eligible_nodes_note(selection)
+            event = ServiceEvent(WARNING, "NoEligibleNodes", "SelectNodes", note)
+        # IPsAssigned only accompanies a write (no burst of Events on every restart);
+        # NoEligibleNodes tells why a Service stays pending even when nothing is written.
+        self._recorder.emit(
+            namespace=selection.namespace,
+            name=selection.name,
+            event=event,
+            record_only=not wrote and event.reason == "IPsAssigned",
+        )
+
+    def _invalid_selector(self, key: str, selection: Selection) -> None:
+        error = selection.error or selection.reason
+        with self._lock:
+            new = self._errors.get(key) != error
+            self._errors[key] = error
+        if new:
+            log_event(LOG, "invalid node selector", level=logging.WARNING, service=key, error=error)
+        self._recorder.emit(
+            namespace=selection.namespace,
+            name=selection.name,
+            event=ServiceEvent(WARNING, "InvalidNodeSelector", "SelectNodes", error),
+        )
+
+    def _forget(self, key: str, namespace: str, name: str) -> None:
+        with self._lock:
+            self._written.pop(key, None)
+            self._errors.pop(key, None)
+        self._recorder.forget(namespace, name)
