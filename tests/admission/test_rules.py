@@ -49,8 +49,12 @@ def test_malformed_selector_is_denied_with_a_field_error(selector: str, why: str
     decision = validate(review(service(cls=OURS, selector=selector)))
     assert not decision.allowed
     assert decision.message is not None
-    assert decision.message.startswith(f'metadata.annotations[{ANNOTATION}]: Invalid value: "{why}": ')
-    assert len(decision.message) > len(f'metadata.annotations[{ANNOTATION}]: Invalid value: "{why}": ')
+    assert decision.message.startswith(
+        f'metadata.annotations[{ANNOTATION}]: Invalid value: "{why}": '
+    )
+    assert len(decision.message) > len(
+        f'metadata.annotations[{ANNOTATION}]: Invalid value: "{why}": '
+    )
     assert decision.verdict == "denied"
 
 
@@ -94,7 +98,13 @@ def test_denial_response_echoes_uid_with_403_status() -> None:
 
 WARN_CASES = [
     # (id, service, settings, snapshot, expected warning prefixes)
-    ("valid selector matching nodes", service(cls=OURS, selector="role=edge"), LBIPAM, snapshot(), []),
+    (
+        "valid selector matching nodes",
+        service(cls=OURS, selector="role=edge"),
+        LBIPAM,
+        snapshot(),
+        [],
+    ),
     ("no annotation", service(cls=OURS), LBIPAM, snapshot(), []),
     ("ClusterIP without annotation", service(type="ClusterIP"), LBIPAM, snapshot(), []),
     (
@@ -219,7 +229,9 @@ def test_valid_service_is_allowed_with_warnings(
 
 def test_warnings_stay_within_120_characters_for_long_names() -> None:
     long_class = "example.com/" + "x" * 63
-    settings = SelectionSettings(load_balancer_class="a" * 40 + "/b", default_lb_service_ipam="none")
+    settings = SelectionSettings(
+        load_balancer_class="a" * 40 + "/b", default_lb_service_ipam="none"
+    )
     decision = validate(review(service(cls=long_class, selector="k=v")), settings=settings)
     assert decision.warnings
     assert all(len(w) <= admission.MAX_WARNING_CHARS for w in decision.warnings)
@@ -263,7 +275,14 @@ def test_dry_run_gets_the_same_answer() -> None:
 MUTATE_CASES = [
     # (id, settings, operation, old, new, patched?)
     ("nodeipam: class-less LoadBalancer CREATE", NODEIPAM, "CREATE", None, service(), True),
-    ("nodeipam: CREATE with another class", NODEIPAM, "CREATE", None, service(cls="x.io/lb"), False),
+    (
+        "nodeipam: CREATE with another class",
+        NODEIPAM,
+        "CREATE",
+        None,
+        service(cls="x.io/lb"),
+        False,
+    ),
     ("nodeipam: CREATE with our class", NODEIPAM, "CREATE", None, service(cls=OURS), False),
     ("nodeipam: ClusterIP CREATE", NODEIPAM, "CREATE", None, service(type="ClusterIP"), False),
     ("nodeipam: CREATE without type", NODEIPAM, "CREATE", None, service(type=None), False),
@@ -340,7 +359,9 @@ def test_load_balancer_class_defaulting(
 
 
 def test_defaulting_uses_the_configured_class() -> None:
-    settings = SelectionSettings(load_balancer_class="example.com/node", default_lb_service_ipam="nodeipam")
+    settings = SelectionSettings(
+        load_balancer_class="example.com/node", default_lb_service_ipam="nodeipam"
+    )
     request = admission.parse_review(review(service()))
     decision = admission.mutate(request, settings=settings)
     assert decision.patch == (
@@ -360,7 +381,10 @@ def test_explicit_null_class_is_treated_as_unset() -> None:
     ("tokens", "pointer"),
     [
         (("spec", "loadBalancerClass"), "/spec/loadBalancerClass"),
-        (("metadata", "annotations", ANNOTATION), "/metadata/annotations/io.cilium.nodeipam~1match-node-labels"),
+        (
+            ("metadata", "annotations", ANNOTATION),
+            "/metadata/annotations/io.cilium.nodeipam~1match-node-labels",
+        ),
         (("a~b", "c/~d"), "/a~0b/c~1~0d"),
     ],
 )
@@ -380,12 +404,19 @@ MALFORMED = [
     ("request is a list", {**GOOD, "request": []}, "request"),
     ("no uid", {**GOOD, "request": {**GOOD["request"], "uid": None}}, "request.uid"),
     ("empty uid", {**GOOD, "request": {**GOOD["request"], "uid": ""}}, "request.uid"),
-    ("no operation", {**GOOD, "request": {**GOOD["request"], "operation": None}}, "request.operation"),
+    (
+        "no operation",
+        {**GOOD, "request": {**GOOD["request"], "operation": None}},
+        "request.operation",
+    ),
     ("no kind", {**GOOD, "request": {**GOOD["request"], "kind": "Service"}}, "request.kind"),
     ("no object", {**GOOD, "request": {**GOOD["request"], "object": None}}, "request.object"),
     (
         "object is a ConfigMap",
-        {**GOOD, "request": {**GOOD["request"], "object": {"apiVersion": "v1", "kind": "ConfigMap"}}},
+        {
+            **GOOD,
+            "request": {**GOOD["request"], "object": {"apiVersion": "v1", "kind": "ConfigMap"}},
+        },
         "request.object",
     ),
     ("object spec is a list", review({**service(), "spec": []}), "request.object.spec"),
