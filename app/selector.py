@@ -92,6 +92,8 @@ class SelectorError(ValueError):
 
 def _parse_int64(text: str) -> int | None:
     """Go ``strconv.ParseInt(text, 10, 64)``: optional sign, ASCII digits, int64 range."""
+    if len(text) < 19 and text.isascii() and text.isdigit():
+        return int(text)  # fast path: plain digits that cannot overflow
     if _INT_RE.fullmatch(text) is None:
         return None
     # Bound the digit count first: int() refuses very long strings (and they overflow anyway).
