@@ -69,3 +69,22 @@ EVENTS_EMITTED = Counter(
     ["reason", "result"],
     registry=REGISTRY,
 )
+WEBHOOK_REQUESTS = Counter(
+    "controller_runtime_webhook_requests",
+    "Admission requests by webhook path and verdict (allowed, patched, denied, invalid).",
+    ["webhook", "verdict"],
+    registry=REGISTRY,
+)
+WEBHOOK_LATENCY = Histogram(
+    "controller_runtime_webhook_latency_seconds",
+    "Time to answer an admission request, by webhook path and verdict, in seconds.",
+    ["webhook", "verdict"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+    registry=REGISTRY,
+)
+
+
+def observe_webhook(*, path: str, verdict: str, seconds: float) -> None:
+    """Count one admission request on ``path`` with ``verdict`` that took ``seconds``."""
+    WEBHOOK_REQUESTS.labels(path, verdict).inc()
+    WEBHOOK_LATENCY.labels(path, verdict).observe(seconds)

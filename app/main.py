@@ -1,0 +1,76 @@
+"""The FastAPI application factory (DESIGN.md §1: admission, preview, health, metrics)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+
+from app.auth import AllowAll, Authorizer
+from app.config import Settings
+from app.routes import admission, health, preview
+from app.routes.deps import AppState, CacheLike, ControllerLike
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    controller: ControllerLike | None = None,
+    cache: CacheLike | None = None,
+    authorizer: Authorizer | None = None,
+    clock: Callable[[], float] = time.time,
+) -> FastAPI:
+    """Build the app.
+
+    Args:
+        settings: validated process settings; ``settings.webhook`` False leaves out
+            ``/validate`` and ``/mutate``.
+        controller: started in the lifespan and stopped (Lease released) on shutdown;
+            its ``cache`` feeds admission warnings and preview.
+        cache: the cluster cache when there is no controller (tests); defaults to
+            ``controller.cache``.
+        authorizer: access check for preview and ``/metrics``; default open
+            (:class:`app.auth.AllowAll`, ``--auth none``).
+        clock: wall clock, epoch seconds (``now`` of the selection).
+
+    Raises:
+        ValueError: the settings do not make valid :class:`SelectionSettings`.
+    """
+    state = AppState(
+        settings=settings,
+        selection=settings.selection(),
+        controller=controller,
+        cache=cache if cache is not None else (controller.cache if controller else None),
+        authorizer=authorizer if authorizer is not None else AllowAll(),
+        clock=clock,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if controller is not None:
+            controller.start()
+        try:
+            yield
+        finally:
+            if controller is not None:
+                log.info("stopping the controller (releasing the leader Lease)")
+                await run_in_threadpool(controller.stop)
+
+    app = FastAPI(
+        title="node-ipam-lb",
+        summary="Node addresses as LoadBalancer ingress (io.cilium/node)",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.node_ipam = state
+    app.include_router(health.router)
+    if settings.webhook:
+        app.include_router(admission.router)
+    app.include_router(preview.router)
+    return app

@@ -1,0 +1,1 @@
+"""Thin FastAPI routers: translate HTTP to the pure core and back (no selection logic here)."""

@@ -1,0 +1,120 @@
+"""Shared state and dependencies of the routers (injected with ``Depends``/``Annotated``).
+
+The routers see the controller and its cache through the small protocols below, so
+tests can hand in in-memory stand-ins (STYLE.md: fakes over mocks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Protocol
+
+from fastapi import Depends, HTTPException, Request
+
+from app.auth import AccessError, Authorizer
+from app.config import SelectionSettings, Settings
+from app.views import EndpointSliceView, NodeView, ServiceView
+
+MAX_BODY_BYTES = 7 * 1024 * 1024
+"""controller-runtime's webhook body cap; kube-apiserver never sends more (etcd limit 1.5 MiB)."""
+BODY_READ_SECONDS = 10.0
+"""kube-apiserver's default webhook ``timeoutSeconds``: a body slower than this is abandoned."""
+
+
+class CacheLike(Protocol):
+    """What the routers read from :class:`app.cache.ClusterCache`."""
+
+    @property
+    def synced(self) -> bool: ...
+    def nodes(self) -> list[NodeView]: ...
+    def service(self, namespace: str, name: str) -> ServiceView | None: ...
+    def endpoint_slices(self, namespace: str, service_name: str) -> list[EndpointSliceView]: ...
+
+
+class ControllerLike(Protocol):
+    """What the app drives of :class:`app.controller.Controller`."""
+
+    @property
+    def cache(self) -> CacheLike: ...
+    def start(self) -> None: ...
+    def stop(self, timeout: float = 10.0) -> None: ...
+    def ready(self) -> bool: ...
+    def healthy(self) -> tuple[bool, str]: ...
+    def is_leader(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AppState:
+    """Everything a request handler needs; stored on ``app.state.node_ipam``.
+
+    ``clock`` is the wall clock (epoch seconds) passed to the selection as ``now``.
+    """
+
+    settings: Settings
+    selection: SelectionSettings
+    controller: ControllerLike | None
+    cache: CacheLike | None
+    authorizer: Authorizer
+    clock: Callable[[], float]
+
+
+def get_state(request: Request) -> AppState:
+    """The :class:`AppState` of the running app."""
+    state: AppState = request.app.state.node_ipam
+    return state
+
+
+State = Annotated[AppState, Depends(get_state)]
+
+
+def require_access(request: Request, state: State) -> None:
+    """Bearer-token check for preview and ``/metrics`` (runs in the thread pool).
+
+    Raises:
+        HTTPException: 401/403 (or 503 when access cannot be reviewed now).
+    """
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    bearer = token.strip() if scheme.lower() == "bearer" else None
+    try:
+        state.authorizer.check(token=bearer, verb=request.method.lower(), path=request.url.path)
+    except AccessError as err:
+        headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
+        raise HTTPException(status_code=err.status, detail=err.reason, headers=headers) from err
+
+
+Protected = Depends(require_access)
+
+
+class BodyError(ValueError):
+    """The request body cannot be read; ``str(err)`` is the reason (HTTP 400)."""
+
+
+async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES) -> bytes:
+    """Read the body, refusing more than ``limit`` bytes or a sender slower than 10 s.
+
+    Raises:
+        BodyError: too large (by ``Content-Length`` or by count) or too slow.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise BodyError(f"body: Too long: Content-Length {declared} exceeds {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(BODY_READ_SECONDS):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyError(f"body: Too long: more than {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError as err:
+        raise BodyError(f"body: not received within {BODY_READ_SECONDS:g} s") from err
+    return b"".join(chunks)
+
+
+def media_type(request: Request) -> str:
+    """The request's media type, lower-cased, without parameters (``application/json``)."""
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()

@@ -1,0 +1,159 @@
+"""Preview API (DESIGN.md §8): what ingress a Service gets, and why, from the live cache.
+
+Both routes return the item of ``node-ipam-lb preview -o json``
+(:meth:`app.nodeipam.Selection.to_dict`), computed by the one selection function.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from fastapi import APIRouter, HTTPException, Request
+
+from app.nodeipam import select
+from app.routes.deps import AppState, BodyError, CacheLike, Protected, State, media_type, read_body
+from app.views import ServiceView, ViewError, service_view
+
+router = APIRouter(prefix="/preview", tags=["preview"], dependencies=[Protected])
+
+PREVIEW_EXAMPLE: dict[str, Any] = {
+    "namespace": "default",
+    "name": "web",
+    "managed": True,
+    "reason": "spec.loadBalancerClass is io.cilium/node",
+    "ingress": [{"ip": "172.18.0.3", "ipMode": "VIP"}, {"ip": "172.18.0.4", "ipMode": "VIP"}],
+    "error": None,
+    "nodes": [
+        {"name": "worker", "selected": True, "code": "Selected", "reason": "selected"},
+        {
+            "name": "control-plane",
+            "selected": False,
+            "code": "ExcludedByLabel",
+            "reason": "node.kubernetes.io/exclude-from-external-load-balancers is set",
+        },
+    ],
+    "warnings": [],
+    "recheckAt": None,
+}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "No bearer token, or the token was rejected (`--auth kubernetes`)"},
+    403: {"description": "SubjectAccessReview denied this path"},
+    503: {"description": "The cluster cache is not synced yet; retry shortly"},
+}
+_OK = {
+    "description": "The selection item",
+    "content": {"application/json": {"example": PREVIEW_EXAMPLE}},
+}
+_MANIFEST_EXAMPLE = """apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+  annotations:
+    io.cilium.nodeipam/match-node-labels: "node-role.kubernetes.io/control-plane notin ()"
+spec:
+  type: LoadBalancer
+  loadBalancerClass: io.cilium/node
+  ports: [{port: 80}]
+"""
+
+
+@router.get(
+    "/{namespace}/{name}",
+    summary="Preview a live Service",
+    responses={200: _OK, 404: {"description": "No such Service in the cache"}, **_ERRORS},
+)
+def preview_live(namespace: str, name: str, state: State) -> dict[str, Any]:
+    """The ingress the stored Service gets now, per-node verdicts and warnings."""
+    cache = _synced_cache(state)
+    service = cache.service(namespace, name)
+    if service is None:
+        raise HTTPException(404, detail=f'services "{name}" not found in namespace "{namespace}"')
+    return _select(service, cache, state)
+
+
+@router.post(
+    "",
+    summary="Preview a Service manifest not yet applied",
+    responses={
+        200: _OK,
+        422: {"description": "The body is not a v1 Service (JSON or YAML); `detail` says why"},
+        **_ERRORS,
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/yaml": {"example": _MANIFEST_EXAMPLE},
+                "application/json": {"example": yaml.safe_load(_MANIFEST_EXAMPLE)},
+            },
+        }
+    },
+)
+async def preview_manifest(request: Request, state: State) -> dict[str, Any]:
+    """The ingress this Service would get against the live cluster (nothing is applied)."""
+    service = _service_from(await _manifest(request), state)
+    cache = _synced_cache(state)
+    return _select(service, cache, state)
+
+
+def _synced_cache(state: AppState) -> CacheLike:
+    cache = state.cache
+    if cache is None or not cache.synced:
+        raise HTTPException(
+            503, detail="cluster cache not synced yet", headers={"Retry-After": "1"}
+        )
+    return cache
+
+
+def _select(service: ServiceView, cache: CacheLike, state: AppState) -> dict[str, Any]:
+    selection = select(
+        service=service,
+        nodes=cache.nodes(),
+        endpoint_slices=cache.endpoint_slices(service.namespace, service.name),
+        settings=state.selection,
+        now=state.clock(),
+    )
+    return selection.to_dict()
+
+
+async def _manifest(request: Request) -> object:
+    try:
+        raw = await read_body(request)
+        text = raw.decode("utf-8")
+        if media_type(request) == "application/json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except BodyError as err:
+        raise HTTPException(422, detail=str(err)) from err
+    except UnicodeDecodeError as err:
+        raise HTTPException(
+            422, detail=f"body: Invalid value: not UTF-8 (byte {err.start})"
+        ) from err
+    except (ValueError, yaml.YAMLError, RecursionError) as err:
+        raise HTTPException(422, detail=f"body: Invalid value: not JSON or YAML: {err}") from err
+
+
+def _service_from(manifest: object, state: AppState) -> ServiceView:
+    if not isinstance(manifest, Mapping):
+        raise HTTPException(422, detail="body: Invalid value: must be a Service object")
+    if manifest.get("apiVersion") != "v1" or manifest.get("kind") != "Service":
+        raise HTTPException(
+            422,
+            detail=f"apiVersion/kind: Unsupported value: {manifest.get('apiVersion')!r}/"
+            f"{manifest.get('kind')!r}: supported value: v1/Service",
+        )
+    metadata = manifest.get("metadata")
+    if not isinstance(metadata, Mapping):
+        raise HTTPException(422, detail="metadata: Required value: must be an object")
+    # A manifest without a namespace lands in "default", as kubectl apply would put it.
+    obj = {**manifest, "metadata": {"namespace": "default", **metadata}}
+    try:
+        return service_view(
+            obj, match_node_labels_annotation=state.selection.match_node_labels_annotation
+        )
+    except ViewError as err:
+        raise HTTPException(422, detail=str(err)) from err

@@ -1,0 +1,133 @@
+"""In-memory stand-ins for the cluster cache and the controller, and an app fixture."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio.from_thread
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from app.config import Settings
+from app.main import create_app
+from app.views import EndpointSliceView, NodeView, ServiceView, service_view
+from tests.admission.builders import endpoint_slice, node, service
+
+
+class AppClient:
+    """A synchronous client for an ASGI app, lifespan included (httpx ASGI transport).
+
+    Starlette's TestClient warns about httpx (``filterwarnings = error``), so this does
+    the same job: an event loop in a thread (anyio blocking portal), the app's lifespan
+    entered on it, and every request sent through ``httpx.ASGITransport``.
+    """
+
+    def __init__(self, app: FastAPI) -> None:
+        self._stack = ExitStack()
+        portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())
+        self._portal = portal
+        self._stack.enter_context(
+            portal.wrap_async_context_manager(app.router.lifespan_context(app))
+        )
+        transport = httpx.ASGITransport(app=app)
+        self._client = httpx.AsyncClient(transport=transport, base_url="https://testserver")
+
+    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        return self._portal.call(lambda: self._client.request(method, url, **kwargs))
+
+    def get(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", url, **kwargs)
+
+    def post(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", url, **kwargs)
+
+    def __enter__(self) -> AppClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._portal.call(self._client.aclose)
+        self._stack.close()
+
+
+@dataclass
+class FakeCache:
+    """Satisfies the ClusterCache read interface from plain lists."""
+
+    synced: bool = True
+    node_views: list[NodeView] = field(default_factory=list)
+    services: dict[tuple[str, str], ServiceView] = field(default_factory=dict)
+    slices: list[EndpointSliceView] = field(default_factory=list)
+
+    def nodes(self) -> list[NodeView]:
+        return list(self.node_views)
+
+    def service(self, namespace: str, name: str) -> ServiceView | None:
+        return self.services.get((namespace, name))
+
+    def endpoint_slices(self, namespace: str, service_name: str) -> list[EndpointSliceView]:
+        return [
+            s for s in self.slices if s.namespace == namespace and s.service_name == service_name
+        ]
+
+    def add_service(self, obj: dict[str, Any]) -> None:
+        view = service_view(obj)
+        self.services[(view.namespace, view.name)] = view
+
+
+@dataclass
+class FakeController:
+    """Records start/stop; reports the readiness and health it is told."""
+
+    cache: FakeCache
+    is_ready: bool = True
+    health: tuple[bool, str] = (True, "")
+    calls: list[str] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.calls.append("stop")
+
+    def ready(self) -> bool:
+        return self.is_ready
+
+    def healthy(self) -> tuple[bool, str]:
+        return self.health
+
+    def is_leader(self) -> bool:
+        return False
+
+
+def cluster() -> FakeCache:
+    """Two ready nodes (edge-1 10.0.0.1, core-1 10.0.0.2) and one managed Service ``web``."""
+    cache = FakeCache(
+        node_views=[
+            node("edge-1", {"role": "edge"}, "10.0.0.1"),
+            node("core-1", {"role": "core"}, "10.0.0.2"),
+        ],
+        slices=[endpoint_slice("web", "edge-1")],
+    )
+    cache.add_service(service(cls="io.cilium/node", selector="role=edge"))
+    return cache
+
+
+@pytest.fixture
+def cache() -> FakeCache:
+    return cluster()
+
+
+@pytest.fixture
+def controller(cache: FakeCache) -> FakeController:
+    return FakeController(cache=cache)
+
+
+@pytest.fixture
+def client(controller: FakeController) -> Iterator[AppClient]:
+    settings = Settings(default_lb_service_ipam="nodeipam", auth="none")
+    with AppClient(create_app(settings, controller=controller, clock=lambda: 1e6)) as test_client:
+        yield test_client

@@ -1,0 +1,212 @@
+"""POST /validate and /mutate over HTTP: wire format, malformed bodies, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import Settings
+from app.main import create_app
+from app.routes import deps
+from tests.admission.builders import ANNOTATION, patched, review, service
+from tests.web.conftest import AppClient
+
+JSON = {"content-type": "application/json"}
+
+
+def post(client: AppClient, path: str, body: Any, headers: dict[str, str] = JSON) -> httpx.Response:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post(path, content=data, headers=headers)
+
+
+def test_validate_denies_a_malformed_selector_with_a_field_error(client: AppClient) -> None:
+    response = post(client, "/validate", review(service(selector="role in (edge"), uid="u-42"))
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["apiVersion"], body["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+    assert body["response"]["uid"] == "u-42"
+    assert body["response"]["allowed"] is False
+    assert body["response"]["status"]["message"].startswith(
+        f'metadata.annotations[{ANNOTATION}]: Invalid value: "role in (edge": '
+    )
+
+
+def test_validate_warns_from_the_live_cache(client: AppClient) -> None:
+    svc = service(name="new", cls="io.cilium/node", selector="role=gpu")
+    response = post(client, "/validate", review(svc))
+    assert response.json()["response"]["allowed"] is True
+    assert response.json()["response"]["warnings"] == [
+        f"{ANNOTATION} matches no node now: the Service gets no ingress"
+    ]
+
+
+def test_validate_skips_cluster_warnings_while_the_cache_is_not_synced(
+    client: AppClient, cache: Any
+) -> None:
+    cache.synced = False
+    svc = service(name="new", cls="io.cilium/node", selector="role=gpu")
+    response = post(client, "/validate", review(svc))
+    assert response.json()["response"] == {"uid": "uid-1", "allowed": True}
+
+
+def test_mutate_defaults_the_class_with_a_base64_json_patch(client: AppClient) -> None:
+    svc = service()
+    response = post(client, "/mutate", review(svc))
+    assert response.status_code == 200
+    assert (
+        patched(svc, response.json()["response"])["spec"]["loadBalancerClass"] == "io.cilium/node"
+    )
+
+
+def test_mutate_leaves_lbipam_default_alone() -> None:
+    app = create_app(Settings(default_lb_service_ipam="lbipam", auth="none"))
+    with AppClient(app) as client:
+        response = post(client, "/mutate", review(service()))
+    assert response.json()["response"] == {"uid": "uid-1", "allowed": True}
+
+
+def test_charset_parameter_is_accepted(client: AppClient) -> None:
+    headers = {"content-type": "application/json; charset=utf-8"}
+    assert post(client, "/validate", review(service()), headers).status_code == 200
+
+
+NESTED = b"[" * 100_000 + b"]" * 100_000
+BAD_BODIES = [
+    ("not JSON", b"{not json", JSON, "not JSON"),
+    ("empty body", b"", JSON, "not JSON"),
+    (
+        "text/plain content type",
+        json.dumps(review(service())).encode(),
+        {"content-type": "text/plain"},
+        "Content-Type",
+    ),
+    ("no content type", json.dumps(review(service())).encode(), {}, "Content-Type"),
+    ("YAML content type", b"apiVersion: v1", {"content-type": "application/yaml"}, "Content-Type"),
+    ("Latin-1 bytes", b'{"a": "\xe9"}', JSON, "not UTF-8"),
+    ("UTF-16 JSON", json.dumps(review(service())).encode("utf-16"), JSON, "not UTF-8"),
+    ("JSON nested too deeply", NESTED, JSON, "nested too deeply"),
+    ("integer with too many digits", b'{"a": ' + b"9" * 5000 + b"}", JSON, "not JSON"),
+    ("a bare Service", json.dumps(service()).encode(), JSON, "apiVersion/kind"),
+    (
+        "AdmissionReview v1beta1",
+        json.dumps({**review(service()), "apiVersion": "admission.k8s.io/v1beta1"}).encode(),
+        JSON,
+        "apiVersion/kind",
+    ),
+    (
+        "no request",
+        b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}',
+        JSON,
+        "request:",
+    ),
+    (
+        "no uid",
+        json.dumps({**review(service()), "request": {"kind": {}}}).encode(),
+        JSON,
+        "request.uid",
+    ),
+    (
+        "object is not a Service",
+        json.dumps(review({"apiVersion": "v1", "kind": "Pod"})).encode(),
+        JSON,
+        "request.object",
+    ),
+]
+
+
+@pytest.mark.parametrize("path", ["/validate", "/mutate"])
+@pytest.mark.parametrize(
+    ("data", "headers", "reason"), [c[1:] for c in BAD_BODIES], ids=[c[0] for c in BAD_BODIES]
+)
+def test_body_that_is_not_an_admission_review_gets_400_with_a_reason(
+    client: AppClient, path: str, data: bytes, headers: dict[str, str], reason: str
+) -> None:
+    response = client.post(path, content=data, headers=headers)
+    assert response.status_code == 400
+    assert reason in response.json()["detail"]
+
+
+def test_oversized_body_gets_400(client: AppClient) -> None:
+    data = b" " * (deps.MAX_BODY_BYTES + 1)
+    response = client.post("/validate", content=data, headers=JSON)
+    assert response.status_code == 400
+    assert "Too long" in response.json()["detail"]
+
+
+def test_lying_content_length_gets_400(client: AppClient) -> None:
+    headers = {**JSON, "content-length": str(deps.MAX_BODY_BYTES + 1)}
+    response = client.post("/validate", content=b"{}", headers=headers)
+    assert response.status_code == 400
+
+
+def test_a_sender_that_stalls_gets_400_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(deps, "BODY_READ_SECONDS", 0.05)
+    app = create_app(Settings(auth="none"))
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if not sent:
+            sent.append({})
+            return {"type": "http.request", "body": b'{"apiVersion"', "more_body": True}
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "https",
+        "path": "/validate",
+        "raw_path": b"/validate",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 9443),
+        "state": {},
+        "app": app,
+    }
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), timeout=10))
+    start = next(m for m in sent if m.get("type") == "http.response.start")
+    assert start["status"] == 400
+
+
+def test_requests_are_independent_after_a_bad_one(client: AppClient) -> None:
+    assert client.post("/validate", content=b"\xff", headers=JSON).status_code == 400
+    ok = post(client, "/validate", review(service(), uid="after"))
+    assert ok.status_code == 200 and ok.json()["response"]["uid"] == "after"
+
+
+def test_webhook_metrics_count_by_path_and_verdict(client: AppClient) -> None:
+    def count(path: str, verdict: str) -> float:
+        text = client.get("/metrics").text
+        prefix = (
+            f'controller_runtime_webhook_requests_total{{verdict="{verdict}",webhook="{path}"}} '
+        )
+        lines = [line for line in text.splitlines() if line.startswith(prefix)]
+        return float(lines[0].split()[-1]) if lines else 0.0
+
+    before = {v: count("/validate", v) for v in ("denied", "allowed", "invalid")}
+    before_patched = count("/mutate", "patched")
+    post(client, "/validate", review(service(selector="(")))
+    post(client, "/validate", review(service()))
+    client.post("/validate", content=b"nope", headers=JSON)
+    post(client, "/mutate", review(service()))
+    assert count("/validate", "denied") == before["denied"] + 1
+    assert count("/validate", "allowed") == before["allowed"] + 1
+    assert count("/validate", "invalid") == before["invalid"] + 1
+    assert count("/mutate", "patched") == before_patched + 1
+    assert "controller_runtime_webhook_latency_seconds_bucket" in client.get("/metrics").text
+
+
+def test_no_webhook_leaves_out_admission_routes() -> None:
+    with AppClient(create_app(Settings(webhook=False, auth="none"))) as client:
+        assert post(client, "/validate", review(service())).status_code == 404
+        assert client.get("/healthz").status_code == 200
