@@ -1,0 +1,122 @@
+"""Least privilege in the rendered RBAC: what the ServiceAccount may and may not do.
+
+The live counterpart, test_rbac_live.py, checks that every call the running process makes
+is allowed; this file pins what must stay denied, and checks the evaluator itself.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.deploy.rbac import Authorizer, Request
+from tests.deploy.render import KUSTOMIZATIONS, NAMESPACE, SECRET_NAME, env, render
+
+NS = NAMESPACE
+
+ALLOWED = [
+    ("watch Services cluster-wide", Request("watch", "", "services")),
+    ("list Nodes", Request("list", "", "nodes")),
+    ("watch EndpointSlices", Request("watch", "discovery.k8s.io", "endpointslices")),
+    ("patch a Service's status", Request("patch", "", "services", "status", "default", "web")),
+    ("record an Event on a Service", Request("create", "", "events", "", "default")),
+    ("aggregate an Event", Request("patch", "", "events", "", "default", "web.17f")),
+    ("check a bearer token on /metrics",
+     Request("create", "authentication.k8s.io", "tokenreviews")),
+    ("check access to /metrics",
+     Request("create", "authorization.k8s.io", "subjectaccessreviews")),
+    ("create the leader Lease", Request("create", "coordination.k8s.io", "leases", "", NS)),
+    ("renew the leader Lease",
+     Request("update", "coordination.k8s.io", "leases", "", NS, "node-ipam-lb")),
+    ("create the certificate Secret", Request("create", "", "secrets", "", NS)),
+    ("read the certificate Secret", Request("get", "", "secrets", "", NS, SECRET_NAME)),
+    ("renew the certificate Secret", Request("update", "", "secrets", "", NS, SECRET_NAME)),
+    ("inject caBundle into our MutatingWebhookConfiguration",
+     Request("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "",
+             "node-ipam-lb")),
+    ("read our ValidatingWebhookConfiguration",
+     Request("get", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "",
+             "node-ipam-lb")),
+]  # fmt: skip
+
+DENIED = [
+    ("change a Service's spec", Request("update", "", "services", "", "default", "web")),
+    ("patch a Service (not its status)", Request("patch", "", "services", "", "default", "web")),
+    ("replace a Service's status (only patch is needed)",
+     Request("update", "", "services", "status", "default", "web")),
+    ("delete a Service", Request("delete", "", "services", "", "default", "web")),
+    ("patch a Node", Request("patch", "", "nodes", "", "", "worker-1")),
+    ("read pods", Request("list", "", "pods")),
+    ("read another Secret in its namespace",
+     Request("get", "", "secrets", "", NS, "default-token")),
+    ("list Secrets in its namespace", Request("list", "", "secrets", "", NS)),
+    ("read a Secret elsewhere", Request("get", "", "secrets", "", "kube-system", SECRET_NAME)),
+    ("create a Secret elsewhere", Request("create", "", "secrets", "", "default")),
+    ("delete its certificate Secret", Request("delete", "", "secrets", "", NS, SECRET_NAME)),
+    ("take over another Lease",
+     Request("update", "coordination.k8s.io", "leases", "", NS, "other-controller")),
+    ("touch a Lease in kube-system",
+     Request("get", "coordination.k8s.io", "leases", "", "kube-system", "node-ipam-lb")),
+    ("patch another webhook configuration",
+     Request("patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "",
+             "cert-manager-webhook")),
+    ("delete its own webhook configuration",
+     Request("delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "",
+             "node-ipam-lb")),
+    ("list webhook configurations",
+     Request("list", "admissionregistration.k8s.io", "validatingwebhookconfigurations")),
+]  # fmt: skip
+
+
+def authorizer(kustomization: str = "deploy") -> Authorizer:
+    return Authorizer.for_service_account(render(kustomization), namespace=NS, name="node-ipam-lb")
+
+
+@pytest.mark.parametrize("request_", [c[1] for c in ALLOWED], ids=[c[0] for c in ALLOWED])
+def test_service_account_may(request_: Request) -> None:
+    assert authorizer().allows(request_), f"denied: {request_}"
+
+
+@pytest.mark.parametrize("request_", [c[1] for c in DENIED], ids=[c[0] for c in DENIED])
+def test_service_account_may_not(request_: Request) -> None:
+    assert not authorizer().allows(request_), f"allowed: {request_}"
+
+
+def test_another_service_account_gets_nothing() -> None:
+    other = Authorizer.for_service_account(render("deploy"), namespace=NS, name="default")
+    assert not any(other.allows(request) for _, request in ALLOWED)
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_no_rule_uses_wildcards_or_names_on_create(kustomization: str) -> None:
+    for obj in render(kustomization):
+        for rule in obj.get("rules", []) if obj["kind"] in ("Role", "ClusterRole") else []:
+            for field in ("verbs", "apiGroups", "resources", "resourceNames"):
+                assert "*" not in rule.get(field, []), (obj["metadata"]["name"], rule)
+            if "resourceNames" in rule:
+                # RBAC cannot match a name on create/list/watch/deletecollection.
+                assert not {"create", "list", "watch", "deletecollection"} & set(rule["verbs"])
+
+
+def test_secret_permission_names_the_secret_the_process_uses() -> None:
+    objects = render("deploy")
+    assert env(objects)["NODE_IPAM_CERT_SECRET_NAME"] == SECRET_NAME
+    named = {
+        name
+        for obj in objects
+        if obj["kind"] == "Role"
+        for rule in obj["rules"]
+        if "secrets" in rule["resources"]
+        for name in rule.get("resourceNames", [])
+    }
+    assert named == {SECRET_NAME}
+
+
+def test_cert_manager_overlay_drops_every_certificate_permission() -> None:
+    auth = authorizer("deploy/overlays/cert-manager")
+    for name, request in ALLOWED:
+        expected = request.resource not in {
+            "secrets",
+            "mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations",
+        }
+        assert auth.allows(request) is expected, name
