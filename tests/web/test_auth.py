@@ -1,0 +1,145 @@
+"""Bearer-token access (TokenReview + SubjectAccessReview) for preview and /metrics."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from app.auth import AccessError, KubernetesAuthorizer, User
+from app.config import Settings
+from app.main import create_app
+from tests.admission.builders import review, service
+from tests.web.conftest import AppClient, FakeController
+
+
+@dataclass
+class FakeReviews:
+    """TokenReview/SubjectAccessReview answers by token and by (user, path)."""
+
+    users: dict[str, str] = field(
+        default_factory=lambda: {"good": "system:serviceaccount:mon:prom"}
+    )
+    allowed: set[tuple[str, str, str]] = field(
+        default_factory=lambda: {("system:serviceaccount:mon:prom", "get", "/metrics")}
+    )
+    failing: bool = False
+    calls: list[str] = field(default_factory=list)
+
+    def token_review(self, token: str) -> User | None:
+        self.calls.append("TokenReview")
+        if self.failing:
+            raise ConnectionError("connection refused")
+        name = self.users.get(token)
+        return User(username=name, groups=("system:authenticated",)) if name else None
+
+    def access_review(self, *, user: User, verb: str, path: str) -> bool:
+        self.calls.append("SubjectAccessReview")
+        return (user.username, verb, path) in self.allowed
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("token", "path", "status"),
+    [
+        (None, "/metrics", 401),
+        ("", "/metrics", 401),
+        ("forged", "/metrics", 401),
+        ("good", "/preview/default/web", 403),
+    ],
+    ids=["no token", "empty token", "token the API server rejects", "path not granted"],
+)
+def test_access_is_refused(token: str | None, path: str, status: int) -> None:
+    authorizer = KubernetesAuthorizer(FakeReviews())
+    with pytest.raises(AccessError) as err:
+        authorizer.check(token=token, verb="get", path=path)
+    assert err.value.status == status
+
+
+def test_allowed_scraper_is_cached_for_five_minutes() -> None:
+    reviews, clock = FakeReviews(), Clock()
+    authorizer = KubernetesAuthorizer(reviews, clock=clock)
+    for _ in range(3):
+        authorizer.check(token="good", verb="get", path="/metrics")
+    assert reviews.calls == ["TokenReview", "SubjectAccessReview"]
+    clock.now = 61  # token cache (1 min) expired, decision (5 min) still cached
+    authorizer.check(token="good", verb="get", path="/metrics")
+    assert reviews.calls[2:] == ["TokenReview"]
+    clock.now = 400
+    authorizer.check(token="good", verb="get", path="/metrics")
+    assert reviews.calls[3:] == ["TokenReview", "SubjectAccessReview"]
+
+
+def test_denial_is_cached_for_thirty_seconds_then_asked_again() -> None:
+    reviews, clock = FakeReviews(), Clock()
+    authorizer = KubernetesAuthorizer(reviews, clock=clock)
+    for _ in range(2):
+        with pytest.raises(AccessError):
+            authorizer.check(token="good", verb="get", path="/preview/a/b")
+    assert reviews.calls.count("SubjectAccessReview") == 1
+    reviews.allowed.add(("system:serviceaccount:mon:prom", "get", "/preview/a/b"))
+    clock.now = 31
+    authorizer.check(token="good", verb="get", path="/preview/a/b")
+    assert reviews.calls.count("SubjectAccessReview") == 2
+
+
+def test_api_server_unreachable_is_503_and_not_cached() -> None:
+    reviews = FakeReviews(failing=True)
+    authorizer = KubernetesAuthorizer(reviews)
+    with pytest.raises(AccessError) as err:
+        authorizer.check(token="good", verb="get", path="/metrics")
+    assert err.value.status == 503
+    reviews.failing = False
+    authorizer.check(token="good", verb="get", path="/metrics")
+
+
+@pytest.fixture
+def protected(controller: FakeController) -> AppClient:
+    app = create_app(
+        Settings(auth="kubernetes"),
+        controller=controller,
+        authorizer=KubernetesAuthorizer(FakeReviews()),
+    )
+    return AppClient(app)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "status"),
+    [
+        ("GET", "/metrics", {}, 401),
+        ("GET", "/metrics", {"authorization": "Bearer forged"}, 401),
+        ("GET", "/metrics", {"authorization": "Basic Z29vZA=="}, 401),
+        ("GET", "/metrics", {"authorization": "Bearer good"}, 200),
+        ("GET", "/preview/default/web", {}, 401),
+        ("GET", "/preview/default/web", {"authorization": "Bearer good"}, 403),
+        ("POST", "/preview", {"authorization": "Bearer good"}, 403),
+        ("GET", "/healthz", {}, 200),
+        ("GET", "/readyz", {}, 200),
+    ],
+)
+def test_endpoints_that_need_a_token(
+    protected: AppClient, method: str, path: str, headers: dict[str, str], status: int
+) -> None:
+    with protected as client:
+        response = client.request(method, path, headers=headers)
+    assert response.status_code == status
+    if status == 401:
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_admission_needs_no_token(protected: AppClient) -> None:
+    with protected as client:
+        response = client.post(
+            "/validate",
+            content=json.dumps(review(service())),
+            headers={"content-type": "application/json"},
+        )
+    assert response.status_code == 200 and response.json()["response"]["allowed"] is True

@@ -1,0 +1,138 @@
+"""GET /preview/{namespace}/{name} and POST /preview against an in-memory cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.admission.builders import service
+from tests.web.conftest import AppClient, FakeCache
+
+EDGE_ONLY = [{"ip": "10.0.0.1", "ipMode": "VIP"}]
+
+
+def test_live_service_gets_its_ingress_and_node_verdicts(client: AppClient) -> None:
+    response = client.get("/preview/default/web")
+    assert response.status_code == 200
+    item = response.json()
+    assert (item["namespace"], item["name"], item["managed"]) == ("default", "web", True)
+    assert item["ingress"] == EDGE_ONLY
+    verdicts = {n["name"]: n["code"] for n in item["nodes"]}
+    assert verdicts == {"edge-1": "Selected", "core-1": "SelectorMismatch"}
+
+
+def test_unknown_service_is_a_clear_404(client: AppClient) -> None:
+    response = client.get("/preview/default/nope")
+    assert response.status_code == 404
+    assert response.json()["detail"] == 'services "nope" not found in namespace "default"'
+
+
+@pytest.mark.parametrize("path", ["/preview/default/web", "/preview"])
+def test_preview_is_503_while_the_cache_is_not_synced(
+    client: AppClient, cache: FakeCache, path: str
+) -> None:
+    cache.synced = False
+    headers = {"content-type": "application/json"}
+    response = client.request(
+        "GET" if path != "/preview" else "POST",
+        path,
+        content=json.dumps(service()) if path == "/preview" else None,
+        headers=headers,
+    )
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "encode"),
+    [("application/json", json.dumps), ("application/yaml", yaml.safe_dump), ("", yaml.safe_dump)],
+    ids=["JSON", "YAML", "no content type (YAML)"],
+)
+def test_manifest_not_yet_applied_is_previewed(
+    client: AppClient, content_type: str, encode: object
+) -> None:
+    manifest = service(name="draft", cls="io.cilium/node", selector="role in (edge, core)")
+    del manifest["metadata"]["namespace"]
+    assert callable(encode)
+    response = client.post(
+        "/preview", content=encode(manifest), headers={"content-type": content_type}
+    )
+    assert response.status_code == 200
+    item = response.json()
+    assert (item["namespace"], item["name"]) == ("default", "draft")
+    assert item["ingress"] == [
+        {"ip": "10.0.0.1", "ipMode": "VIP"},
+        {"ip": "10.0.0.2", "ipMode": "VIP"},
+    ]
+
+
+def test_manifest_preview_gives_the_same_item_as_the_live_preview(client: AppClient) -> None:
+    live = client.get("/preview/default/web").json()
+    draft = client.post(
+        "/preview",
+        content=json.dumps(service(cls="io.cilium/node", selector="role=edge")),
+        headers={"content-type": "application/json"},
+    ).json()
+    assert draft == live
+
+
+def test_unmanaged_manifest_says_why(client: AppClient) -> None:
+    response = client.post("/preview", content=yaml.safe_dump(service(type="NodePort")))
+    item = response.json()
+    assert item["managed"] is False and item["ingress"] is None
+    assert "NodePort" in item["reason"]
+
+
+NOT_A_SERVICE = [
+    ("not YAML", b"a: [", "not JSON or YAML"),
+    ("a list", b"- 1\n- 2\n", "must be a Service object"),
+    ("a scalar", b"hello", "must be a Service object"),
+    ("a ConfigMap", b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "v1/Service"),
+    ("no metadata", b"apiVersion: v1\nkind: Service\n", "metadata"),
+    ("no name", b"apiVersion: v1\nkind: Service\nmetadata: {namespace: a}\n", "name"),
+    ("spec is a list", b"apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: []\n", "spec"),
+    ("non-UTF-8", b"apiVersion: v1\nkind: \xff\n", "not UTF-8"),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"), [c[1:] for c in NOT_A_SERVICE], ids=[c[0] for c in NOT_A_SERVICE]
+)
+def test_body_that_is_not_a_service_is_422(client: AppClient, data: bytes, reason: str) -> None:
+    response = client.post("/preview", content=data, headers={"content-type": "application/yaml"})
+    assert response.status_code == 422
+    assert reason in response.json()["detail"]
+
+
+def test_openapi_documents_preview_with_examples(client: AppClient) -> None:
+    spec = client.get("/openapi.json").json()
+    get = spec["paths"]["/preview/{namespace}/{name}"]["get"]
+    post = spec["paths"]["/preview"]["post"]
+    assert get["responses"]["200"]["content"]["application/json"]["example"]["ingress"]
+    assert {"404", "503", "401", "403"} <= set(get["responses"])
+    assert "application/yaml" in post["requestBody"]["content"]
+    assert "422" in post["responses"]
+    assert {"/validate", "/mutate", "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
+
+
+def test_healthz_and_readyz_follow_the_controller(client: AppClient, controller: object) -> None:
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+    controller.is_ready = False  # type: ignore[attr-defined]
+    controller.health = (False, "Node watch silent for 300 s")  # type: ignore[attr-defined]
+    ready = client.get("/readyz")
+    health = client.get("/healthz")
+    assert ready.status_code == 503 and "not synced" in ready.text
+    assert health.status_code == 503 and "Node watch silent" in health.text
+
+
+def test_lifespan_starts_and_stops_the_controller(controller: object) -> None:
+    from app.config import Settings
+    from app.main import create_app
+
+    app = create_app(Settings(auth="none"), controller=controller)  # type: ignore[arg-type]
+    with AppClient(app):
+        assert controller.calls == ["start"]  # type: ignore[attr-defined]
+    assert controller.calls == ["start", "stop"]  # type: ignore[attr-defined]

@@ -1,0 +1,112 @@
+"""Certificate generation and reload of rotated certificate files without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from app import tls
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def handshake(context: ssl.SSLContext, ca_pem: bytes) -> bytes:
+    """Serve one TLS handshake on 127.0.0.1 (asyncio, as uvicorn does) and return the
+    DER certificate the client saw, verified against ``ca_pem`` for name 127.0.0.1."""
+
+    async def run() -> bytes:
+        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.close()
+
+        server = await asyncio.start_server(on_client, "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        client = ssl.create_default_context(cadata=ca_pem.decode())
+        async with server:
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+            der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+            writer.close()
+        assert isinstance(der, bytes)
+        return der
+
+    return asyncio.run(asyncio.wait_for(run(), timeout=20))
+
+
+def der(pair: tls.KeyPair) -> bytes:
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    return pair.certificate.public_bytes(Encoding.DER)
+
+
+def test_certs_generate_writes_ca_cert_and_private_key(tmp_path: Path) -> None:
+    ca = tls.write_dev_certs(out_dir=tmp_path / "out", dns_names=["webhook.ns.svc", "127.0.0.1"])
+    out = tmp_path / "out"
+    assert stat.S_IMODE((out / "tls.key").stat().st_mode) == 0o600
+    assert (out / "ca.crt").read_bytes() == ca.cert_pem
+    cert = x509.load_pem_x509_certificate((out / "tls.crt").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["webhook.ns.svc"]
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert not list(out.glob(".*")), "no temporary files left behind"
+
+
+def test_serving_cert_needs_a_name() -> None:
+    with pytest.raises(ValueError, match="dns_names"):
+        tls.generate_serving_cert(tls.generate_ca(), [])
+
+
+def test_context_refuses_tls_below_1_2() -> None:
+    assert tls.server_context().minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def test_rotated_files_are_served_on_the_next_handshake(tmp_path: Path) -> None:
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+    ca = tls.generate_ca()
+    first = tls.generate_serving_cert(ca, ["127.0.0.1"])
+    tls.write_key_pair(first, cert_path=cert_file, key_path=key_file)
+    clock = Clock()
+    reloading = tls.ReloadingContext(
+        cert_file=cert_file, key_file=key_file, check_seconds=5, clock=clock
+    )
+    assert handshake(reloading.context, ca.cert_pem) == der(first)
+
+    second = tls.generate_serving_cert(ca, ["127.0.0.1"])
+    tls.write_key_pair(second, cert_path=cert_file, key_path=key_file)
+    assert handshake(reloading.context, ca.cert_pem) == der(first), "checked at most every 5 s"
+    clock.now = 5
+    assert handshake(reloading.context, ca.cert_pem) == der(second)
+    assert handshake(reloading.context, ca.cert_pem) == der(second)
+    assert reloading.reloads == 1
+
+
+def test_half_written_files_keep_the_previous_certificate(tmp_path: Path) -> None:
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+    ca = tls.generate_ca()
+    first = tls.generate_serving_cert(ca, ["127.0.0.1"])
+    tls.write_key_pair(first, cert_path=cert_file, key_path=key_file)
+    clock = Clock()
+    reloading = tls.ReloadingContext(cert_file=cert_file, key_file=key_file, clock=clock)
+    cert_file.write_bytes(b"-----BEGIN CERTIFICATE-----\ntrunc")
+    clock.now = 10
+    assert not reloading.maybe_reload()
+    assert handshake(reloading.context, ca.cert_pem) == der(first)
+    second = tls.generate_serving_cert(ca, ["127.0.0.1"])
+    tls.write_key_pair(second, cert_path=cert_file, key_path=key_file)
+    clock.now = 20
+    assert reloading.maybe_reload()
+    assert handshake(reloading.context, ca.cert_pem) == der(second)
+
+
+def test_fingerprint_is_sha256_colon_hex() -> None:
+    fingerprint = tls.generate_ca().fingerprint()
+    assert len(fingerprint.split(":")) == 32
