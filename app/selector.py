@@ -158,9 +158,13 @@ class Requirement:
             return value is None
         if value is None or self._bound is None:
             return False
-        number = _parse_int64(value)
-        if number is None:
-            return False
+        if len(value) < 19 and value.isascii() and value.isdigit():
+            number = int(value)  # _parse_int64's fast path, inlined for speed
+        else:
+            parsed = _parse_int64(value)
+            if parsed is None:
+                return False
+            number = parsed
         return number > self._bound if kind == _KIND_GT else number < self._bound
 
     def __str__(self) -> str:
@@ -332,17 +336,24 @@ def _label_value_errors(value: str) -> list[str]:
     return errors
 
 
-_GO_ESCAPES = {'"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\f": "\\f"}
-_GO_ESCAPES.update({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"})
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r"}
+_GO_ESCAPES.update({"\t": "\\t", "\v": "\\v"})
+_GO_QUOTE_ESCAPES = {**_GO_ESCAPES, '"': '\\"', "\\": "\\\\"}
 
 
-def _go_quote(text: str) -> str:
-    """Go ``%q`` of a string: printable runes as-is, others escaped."""
+def _escape(text: str, escapes: Mapping[str, str] = _GO_ESCAPES) -> str:
+    """Go ``%q`` escaping without the quotes: printable runes as-is, others escaped.
+
+    Keeps control bytes and lone surrogates (from JSON ``\\ud800``) out of messages, so an
+    error can always be logged and encoded.
+    """
+    if text.isprintable() and not any(char in escapes for char in text):
+        return text
     out: list[str] = []
     for char in text:
         code = ord(char)
-        if char in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[char])
+        if char in escapes:
+            out.append(escapes[char])
         elif 0xD800 <= code <= 0xDFFF:  # lone surrogate: invalid UTF-8 bytes to Go
             out.extend(f"\\x{b:02x}" for b in char.encode("utf-8", "surrogatepass"))
         elif char.isprintable():
@@ -353,7 +364,12 @@ def _go_quote(text: str) -> str:
             out.append(f"\\u{code:04x}")
         else:
             out.append(f"\\U{code:08x}")
-    return '"' + "".join(out) + '"'
+    return "".join(out)
+
+
+def _go_quote(text: str) -> str:
+    """Go ``%q`` of a string, as field errors print bad values."""
+    return '"' + _escape(text, _GO_QUOTE_ESCAPES) + '"'
 
 
 def _invalid(path: str, value: str, detail: str) -> str:
@@ -382,7 +398,8 @@ _OPERATOR_LIST = "in, notin, =, ==, !=, gt, lt"
 
 
 def _found(token: _Token, expected: str) -> SelectorError:
-    return SelectorError(f"found '{token.text}', expected: {expected}", position=token.position)
+    found = _escape(token.text)
+    return SelectorError(f"found '{found}', expected: {expected}", position=token.position)
 
 
 class _Parser:
@@ -456,7 +473,8 @@ class _Parser:
         """``( slot, ... )`` as {value: byte offset of its first occurrence}."""
         token = self._take()
         if token.kind != "(":
-            raise SelectorError(f"found '{token.text}' expected: '('", position=token.position)
+            message = f"found '{_escape(token.text)}' expected: '('"  # sic: no comma upstream
+            raise SelectorError(message, position=token.position)
         token = self._peek()
         if token.kind == ")":
             self._take()
@@ -521,13 +539,23 @@ def parse(text: str) -> Selector:
     Empty or whitespace-only text gives the empty selector (matches everything).
     Raises ``SelectorError`` (a ``ValueError``) with an apimachinery-shaped message and the
     byte ``position`` of the first structural error; the validation errors of one requirement
-    are aggregated. See ``/work/shared/reference/label-selectors.md`` for the full rules.
+    are aggregated. A non-string ``text`` (e.g. a YAML number) is a ``SelectorError`` too.
+    See ``/work/shared/reference/label-selectors.md`` for the full rules.
     """
+    if not isinstance(text, str):
+        raise SelectorError(f"a selector must be a string, not {type(text).__name__}")
     tokens = _lex(text.encode("utf-8", "surrogatepass"))
     return Selector(tuple(_Parser(tokens).requirements()))
 
 
-@functools.lru_cache(maxsize=1024)
 def parse_cached(text: str) -> Selector:
-    """``parse`` memoised by text (``Selector`` is immutable); errors are not cached."""
-    return parse(text)
+    """``parse`` memoised by text (1,024 entries; ``Selector`` is immutable).
+
+    Same contract as ``parse``; errors are not cached, so a bad text is re-parsed each time.
+    """
+    if not isinstance(text, str):
+        return parse(text)
+    return _parse_cached(text)
+
+
+_parse_cached = functools.lru_cache(maxsize=1024)(parse)

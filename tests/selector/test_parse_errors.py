@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.selector import SelectorError, parse
+from app.selector import SelectorError, parse, parse_cached
 
 REQ = "unable to parse requirement: "
 TOP = "expected: !, identifier, or 'end of string'"
@@ -212,6 +212,27 @@ ERRORS: list[tuple[str, str, bool, str, int]] = [
         2,
     ),
     ("control byte in key", "a\x01", True, 'key: Invalid value: "a\\x01"', 0),
+    (
+        "lone surrogate from JSON shown as Go bytes",
+        "\ud800",
+        True,
+        'key: Invalid value: "\\xed\\xa0\\x80"',
+        0,
+    ),
+    (
+        "escape sequence in a stray token is escaped",
+        "a=b \x1b[31m",
+        False,
+        "found '\\x1b[31m', ",
+        4,
+    ),
+    (
+        "lone surrogate in a stray token is escaped",
+        "a=b \udfff",
+        False,
+        "found '\\xed\\xbf\\xbf', ",
+        4,
+    ),
     ("accented key", "\u00e9=a", True, NAME_RE, 0),
     ("accented value", "a=\u00e9", True, VALUE_RE, 2),
     ("emoji value shown as is", "a=\U0001f600", True, 'Invalid value: "\U0001f600"', 2),
@@ -309,6 +330,24 @@ def test_selector_is_rejected_with_reason_and_position(
 def test_selector_error_is_a_value_error() -> None:
     with pytest.raises(ValueError, match=r"found ',', expected"):
         parse(",")
+
+
+@pytest.mark.parametrize(
+    "value", [None, 5, b"a=b", ["a=b"]], ids=["null", "number", "bytes", "list"]
+)
+def test_non_string_selector_is_a_selector_error(value: object) -> None:
+    with pytest.raises(SelectorError, match="a selector must be a string") as caught:
+        parse(value)  # type: ignore[arg-type]
+    assert caught.value.position is None
+    with pytest.raises(SelectorError, match="a selector must be a string"):
+        parse_cached(value)  # type: ignore[arg-type]
+
+
+def test_every_error_message_can_be_encoded_as_utf8() -> None:
+    for text in ("\ud800", "a=b \udfff", "x=\ud83d", "a in (\udc00 b)"):
+        with pytest.raises(SelectorError) as caught:
+            parse(text)
+        str(caught.value).encode("utf-8")
 
 
 def test_only_the_first_bad_requirement_is_reported() -> None:
