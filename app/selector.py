@@ -60,6 +60,9 @@ _INT_RE = re.compile(r"[+-]?[0-9]+")
 
 # Matching strategies, precomputed per Requirement so matches() does no string compares.
 _KIND_IN, _KIND_NOT_IN, _KIND_EXISTS, _KIND_ABSENT, _KIND_GT, _KIND_LT = range(6)
+# apimachinery validRequirementOperators, in its order (for the Unsupported value message).
+_SUPPORTED_OPERATORS: tuple[str, ...] = (IN, NOT_IN, EQUALS, DOUBLE_EQUALS, NOT_EQUALS)
+_SUPPORTED_OPERATORS += (GREATER_THAN, LESS_THAN, EXISTS, DOES_NOT_EXIST)
 _KIND_BY_OPERATOR = {
     EQUALS: _KIND_IN,
     DOUBLE_EQUALS: _KIND_IN,
@@ -124,16 +127,22 @@ class Requirement:
     def __post_init__(self) -> None:
         kind = _KIND_BY_OPERATOR.get(self.operator)
         if kind is None:
-            raise SelectorError(f"operator: Unsupported value: {self.operator!r}")
+            supported = ", ".join(_go_quote(op) for op in _SUPPORTED_OPERATORS)
+            raise SelectorError(
+                f"operator: Unsupported value: {_go_quote(str(self.operator))}: "
+                f"supported values: {supported}"
+            )
+        if isinstance(self.values, str):
+            raise SelectorError(f"values: must be a tuple of strings, not {self.values!r}")
         values = tuple(sorted(set(self.values)))
         if kind in (_KIND_EXISTS, _KIND_ABSENT):
             if values:
                 raise SelectorError("values set must be empty for exists and does not exist")
-        elif kind in (_KIND_GT, _KIND_LT) or self.operator not in (IN, NOT_IN):
-            if len(values) != 1:
-                raise SelectorError(f"operator {self.operator!r} requires exactly one value")
-        elif not values:
-            raise SelectorError("for 'in', 'notin' operators, values set can't be empty")
+        elif self.operator in (IN, NOT_IN):
+            if not values:
+                raise SelectorError("for 'in', 'notin' operators, values set can't be empty")
+        elif len(values) != 1:
+            raise SelectorError(f"operator {self.operator!r} requires exactly one value")
         object.__setattr__(self, "values", values)
         object.__setattr__(self, "_value_set", frozenset(values))
         object.__setattr__(self, "_kind", kind)

@@ -32,7 +32,13 @@ def test_requirement_values_are_deduplicated_and_sorted_bytewise() -> None:
 @pytest.mark.parametrize(
     ("key", "operator", "values", "reason"),
     [
-        pytest.param("a", "exist", (), "Unsupported value", id="unknown operator"),
+        pytest.param(
+            "a",
+            "exist",
+            (),
+            'Unsupported value: "exist": supported values: "in"',
+            id="unknown operator",
+        ),
         pytest.param("a", "In", ("b",), "Unsupported value", id="operator is case-sensitive"),
         pytest.param("a", EXISTS, ("b",), "must be empty", id="exists with a value"),
         pytest.param(
@@ -42,6 +48,7 @@ def test_requirement_values_are_deduplicated_and_sorted_bytewise() -> None:
         pytest.param("a", EQUALS, ("b", "c"), "exactly one value", id="equals with two values"),
         pytest.param("a", GREATER_THAN, ("1", "2"), "exactly one value", id="gt with two values"),
         pytest.param("a", NOT_IN, (), "can't be empty", id="notin with no values"),
+        pytest.param("a", IN, "bc", "must be a tuple of strings", id="values given as one string"),
     ],
 )
 def test_requirement_with_wrong_shape_is_refused(
