@@ -1,0 +1,210 @@
+"""Bad input: one line naming the file and object, exit 2, never a traceback (issue 2, item 5)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.core.builders import node_obj, service_obj
+from tests.preview.conftest import KIND_4NODE, parse_table, preview
+
+Write = Callable[..., str]
+
+
+def as_list(*objects: object) -> str:
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+
+
+def assert_one_line_error(stderr: str, *parts: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: "), stderr
+    for part in parts:
+        assert part in lines[0], stderr
+    assert "Traceback" not in stderr
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.yaml")
+    run = preview("-f", missing)
+    assert run.code == 2
+    assert run.stdout == ""
+    assert_one_line_error(run.stderr, missing, "cannot read", "No such file")
+
+
+def test_invalid_yaml(write: Write) -> None:
+    path = write("apiVersion: v1\nkind: List\nitems:\n  - kind: Node\n   bad: [indent\n")
+    run = preview("-f", path)
+    assert run.code == 2
+    assert_one_line_error(run.stderr, path, "invalid YAML", "line ")
+
+
+def test_invalid_json(write: Write) -> None:
+    path = write('{"kind": "List", "items": [}', "dump.json")
+    run = preview("-f", path)
+    assert run.code == 2
+    assert_one_line_error(run.stderr, path, "invalid JSON", "line 1")
+
+
+@pytest.mark.parametrize(
+    ("item", "parts"),
+    [
+        ("just a string", ["items[1]", "not a Kubernetes object (a str)"]),
+        ({"metadata": {"name": "x"}}, ["items[1]", "kind: Required value"]),
+        ({"kind": "Node", "metadata": {}}, ["items[1] (Node)", "metadata.name: Required value"]),
+        (
+            {"kind": "Node", "metadata": {"name": "n9", "labels": {"all": True}}},
+            ["items[1] (Node n9)", "metadata.labels[all]: Invalid value: True: must be a string"],
+        ),
+        (
+            {"kind": "Service", "metadata": {"name": "web", "namespace": "shop"}, "spec": "LB"},
+            ["items[1] (Service shop/web)", "spec: Invalid value"],
+        ),
+        (
+            {"kind": "EndpointSlice", "metadata": {"name": "s"}, "endpoints": {"a": 1}},
+            ["items[1] (EndpointSlice s)", "endpoints: Invalid value: must be a list"],
+        ),
+    ],
+    ids=[
+        "not an object",
+        "no kind",
+        "node without name",
+        "label not a string",
+        "spec not an object",
+        "endpoints not a list",
+    ],
+)
+def test_list_with_a_broken_item(write: Write, item: object, parts: list[str]) -> None:
+    path = write(as_list(node_obj("n1", internal=["10.0.0.1"]), item))
+    run = preview("-f", path)
+    assert run.code == 2
+    assert run.stdout == ""
+    assert_one_line_error(run.stderr, path, *parts)
+
+
+def test_list_whose_items_is_not_a_list(write: Write) -> None:
+    path = write("kind: List\nitems: {a: 1}\n")
+    run = preview("-f", path)
+    assert run.code == 2
+    assert_one_line_error(run.stderr, path, "items: Invalid value: must be a list")
+
+
+def test_multi_document_error_names_the_document(write: Write) -> None:
+    path = write(yaml.safe_dump(service_obj("web")) + "---\n- 1\n- 2\n")
+    run = preview("-f", path)
+    assert run.code == 2
+    assert_one_line_error(run.stderr, path, "document 2[0]", "not a Kubernetes object")
+
+
+def test_node_with_garbage_addresses_is_still_used(write: Write) -> None:
+    path = write(
+        as_list(node_obj("n1", internal=["bogus", "10.0.0.1", "fe80::1%eth0"]), service_obj("web"))
+    )
+    table = preview("-f", path)
+    assert table.code == 0
+    assert parse_table(table.stdout)[0]["EXTERNAL-IP"] == "10.0.0.1"
+    assert "Warning: default/web: Node n1: ignored status.addresses" in table.stderr
+    assert "bogus" in table.stderr
+    item = json.loads(preview("-f", path, "-o", "json").stdout)["items"][0]
+    assert item["nodes"][0]["reason"].endswith(
+        "ignored addresses that are not IPs: bogus, fe80::1%eth0"
+    )
+    assert any("bogus" in w for w in item["warnings"])
+
+
+def test_malformed_selector_does_not_stop_other_services(write: Write) -> None:
+    path = write(
+        as_list(
+            node_obj("n1", internal=["10.0.0.1"]),
+            service_obj("bad", selector="this is completely/bad=!;lf"),
+            service_obj("good"),
+        )
+    )
+    run = preview("-f", path, "-o", "json")
+    assert run.code == 1
+    items = {i["name"]: i for i in json.loads(run.stdout)["items"]}
+    assert items["bad"]["ingress"] is None
+    assert items["bad"]["error"].startswith(
+        "metadata.annotations[io.cilium.nodeipam/match-node-labels]: Invalid value"
+    )
+    assert items["good"]["ingress"] == [{"ip": "10.0.0.1", "ipMode": "VIP"}]
+    rows = {r["NAME"]: r for r in parse_table(preview("-f", path).stdout)}
+    assert rows["bad"]["EXTERNAL-IP"] == "<error>"
+    assert rows["bad"]["REASON"].startswith("metadata.annotations")
+
+
+def test_unknown_kinds_are_skipped(write: Write) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
+    path = write(
+        as_list(
+            pod,
+            {"kind": "ConfigMap", "metadata": {"name": "c"}},
+            node_obj("n1", internal=["10.0.0.1"]),
+            service_obj("web"),
+        )
+    )
+    run = preview("-f", path)
+    assert run.code == 0, run.stderr
+    assert [r["NAME"] for r in parse_table(run.stdout)] == ["web"]
+
+
+def test_stdin_multi_document_and_several_files(write: Write) -> None:
+    nodes = write(
+        yaml.safe_dump(node_obj("n1", internal=["10.0.0.2"]))
+        + "---\n"
+        + yaml.safe_dump(node_obj("n2", internal=["10.0.0.1"])),
+        "nodes.yaml",
+    )
+    run = preview("-f", nodes, "-f", "-", stdin=json.dumps(service_obj("web")))
+    assert run.code == 0, run.stderr
+    assert parse_table(run.stdout)[0]["EXTERNAL-IP"] == "10.0.0.1,10.0.0.2"
+
+
+def test_typed_list_from_the_api(write: Write) -> None:
+    path = write(
+        json.dumps(
+            {
+                "kind": "NodeList",
+                "apiVersion": "v1",
+                "items": [node_obj("n1", internal=["10.0.0.1"])],
+            }
+        ),
+        "nodes.json",
+    )
+    svc = write(yaml.safe_dump(service_obj("web")), "svc.yaml")
+    run = preview("-f", path, "-f", svc, "-o", "json")
+    assert json.loads(run.stdout)["items"][0]["ingress"] == [{"ip": "10.0.0.1", "ipMode": "VIP"}]
+
+
+def test_empty_file_previews_nothing(write: Write) -> None:
+    run = preview("-f", write(""))
+    assert run.code == 0
+    assert json.loads(preview("-f", write(""), "-o", "json").stdout) == {"items": []}
+
+
+@pytest.mark.parametrize(
+    ("flags", "parts"),
+    [
+        (
+            ["--default-lb-service-ipam", "NodeIPAM"],
+            ["default-lb-service-ipam: Unsupported value: 'NodeIPAM'"],
+        ),
+        (["--ip-mode", "vip"], ["ip-mode: Unsupported value"]),
+        (["--not-ready-grace-seconds", "-1"], ["not-ready-grace-seconds"]),
+        (["-o", "wide"], ["--output: Unsupported value: 'wide'"]),
+    ],
+)
+def test_bad_settings_are_one_line_errors(flags: list[str], parts: list[str]) -> None:
+    run = preview("-f", str(KIND_4NODE / "cluster.yaml"), *flags)
+    assert run.code == 2
+    assert run.stdout == ""
+    assert_one_line_error(run.stderr, *parts)
+
+
+def test_missing_filename_is_a_usage_error() -> None:
+    run = preview()
+    assert run.code == 2
