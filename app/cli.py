@@ -6,7 +6,8 @@ Thin: each command parses flags, builds settings and calls into the package.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -66,6 +67,94 @@ def preview(
         paths=filename, output=output, settings=settings, stdout=sys.stdout, stderr=sys.stderr
     )
     raise typer.Exit(code)
+
+
+def _flag(help_text: str, *names: str) -> Any:
+    return typer.Option(*names, help=help_text, show_default=False)
+
+
+@cli.command()
+def serve(
+    kubeconfig: Annotated[Path | None, _flag("Kubeconfig file; default: in-cluster config")] = None,
+    bind_address: Annotated[str | None, _flag("Listen address (default 0.0.0.0)")] = None,
+    port: Annotated[int | None, _flag("HTTPS port (default 9443)")] = None,
+    tls_cert_file: Annotated[
+        Path | None, _flag("Serving certificate (PEM), reloaded on change")
+    ] = None,
+    tls_private_key_file: Annotated[Path | None, _flag("Its private key (PEM)")] = None,
+    ca_bundle_out: Annotated[
+        Path | None, _flag("Write the generated self-signed CA here (for caBundle)")
+    ] = None,
+    webhook: Annotated[
+        bool | None, _flag("Serve /validate and /mutate", "--webhook/--no-webhook")
+    ] = None,
+    reconciler: Annotated[
+        bool | None, _flag("Write Service status", "--reconciler/--no-reconciler")
+    ] = None,
+    leader_elect: Annotated[
+        bool | None, _flag("Lease-based leader election", "--leader-elect/--no-leader-elect")
+    ] = None,
+    leader_election_namespace: Annotated[str | None, _flag("Namespace of the Lease")] = None,
+    leader_election_id: Annotated[str | None, _flag("Name of the Lease")] = None,
+    default_lb_service_ipam: Annotated[
+        str | None, _flag("Who handles class-less Services: lbipam, nodeipam, none")
+    ] = None,
+    load_balancer_class: Annotated[str | None, _flag("Our loadBalancerClass")] = None,
+    match_node_labels_annotation: Annotated[str | None, _flag("Node selector annotation")] = None,
+    per_node_address_fallback: Annotated[
+        bool | None,
+        _flag(
+            "Nodes without an ExternalIP contribute their InternalIP",
+            "--per-node-address-fallback/--no-per-node-address-fallback",
+        ),
+    ] = None,
+    exclude_not_ready_nodes: Annotated[
+        bool | None,
+        _flag(
+            "Drop nodes NotReady for longer than the grace period",
+            "--exclude-not-ready-nodes/--no-exclude-not-ready-nodes",
+        ),
+    ] = None,
+    not_ready_grace_seconds: Annotated[float | None, _flag("NotReady grace period")] = None,
+    ip_mode: Annotated[str | None, _flag("ipMode of the entries: VIP or Proxy")] = None,
+    workers: Annotated[int | None, _flag("Concurrent reconciles (default 4)")] = None,
+    auth: Annotated[
+        str | None, _flag("Preview and /metrics access: kubernetes or none (default by config)")
+    ] = None,
+    log_level: Annotated[str | None, _flag("debug, info, warning or error")] = None,
+) -> None:
+    """Run the webhook, reconciler and preview API over HTTPS (every flag is also NODE_IPAM_*)."""
+    flags = dict(locals())
+    from app.server import StartupError, run
+
+    try:
+        run(flags)
+    except StartupError as err:
+        typer.echo(f"node-ipam-lb serve: {err}", err=True)
+        raise typer.Exit(2) from err
+
+
+certs = typer.Typer(help="Certificate tooling for development (see certs/README.md).")
+cli.add_typer(certs, name="certs")
+
+
+@certs.command("generate")
+def certs_generate(
+    dns_name: Annotated[
+        list[str], typer.Option("--dns-name", help="DNS name or IP of the server. Repeatable.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Directory for ca.crt, tls.crt, tls.key")],
+) -> None:
+    """Write a self-signed CA and a serving certificate signed by it (key mode 0600)."""
+    from app.tls import write_dev_certs
+
+    try:
+        ca = write_dev_certs(out_dir=out, dns_names=dns_name)
+    except (OSError, ValueError) as err:
+        typer.echo(f"node-ipam-lb certs generate: {err}", err=True)
+        raise typer.Exit(2) from err
+    typer.echo(f"wrote {out / 'ca.crt'}, {out / 'tls.crt'}, {out / 'tls.key'}")
+    typer.echo(f"CA SHA-256 fingerprint: {ca.fingerprint()}")
 
 
 def main() -> None:

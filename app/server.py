@@ -1,0 +1,205 @@
+"""``node-ipam-lb serve``: the imperative shell that wires settings, client, controller, app, TLS.
+
+Start-up problems (a bad setting, no cluster configuration, unreadable certificates) raise
+:class:`StartupError`, which the CLI prints as one line and exits 2: never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import tempfile
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
+
+from app import tls
+from app.auth import AllowAll, Authorizer, KubeReviewClient, KubernetesAuthorizer
+from app.config import Settings
+from app.logs import configure, log_event
+from app.main import create_app
+
+log = logging.getLogger(__name__)
+
+GRACEFUL_SHUTDOWN_SECONDS = 10
+
+
+class StartupError(Exception):
+    """The process cannot start; ``str(err)`` names the setting and the reason."""
+
+
+def settings_from(flags: Mapping[str, Any]) -> Settings:
+    """Settings from the flags that were given (``None`` = not given) over ``NODE_IPAM_*``.
+
+    Raises:
+        StartupError: a value fails validation; the message names the flag and the
+            environment variable, e.g. ``--default-lb-service-ipam
+            (NODE_IPAM_DEFAULT_LB_SERVICE_IPAM): Input should be 'lbipam', ...``.
+    """
+    given = {key: value for key, value in flags.items() if value is not None}
+    try:
+        settings = Settings(**given)
+        settings.selection()
+    except ValidationError as err:
+        problems = []
+        for error in err.errors():
+            field = str(error["loc"][0]) if error["loc"] else "settings"
+            flag = "--" + field.replace("_", "-")
+            problems.append(
+                f"{flag} (NODE_IPAM_{field.upper()}): {error['msg']}: {error.get('input')!r}"
+            )
+        raise StartupError("invalid setting: " + "; ".join(problems)) from err
+    except (SettingsError, ValueError) as err:
+        raise StartupError(f"invalid setting: {err}") from err
+    if (settings.tls_cert_file is None) != (settings.tls_private_key_file is None):
+        raise StartupError(
+            "invalid setting: --tls-cert-file and --tls-private-key-file must be given together"
+        )
+    return settings
+
+
+def api_client_for(settings: Settings) -> tuple[Any, bool]:
+    """The kubernetes ApiClient from ``settings.kubeconfig``, else the in-cluster config.
+
+    Returns ``(api_client, in_cluster)``.
+
+    Raises:
+        StartupError: the kubeconfig cannot be loaded, or none is given and the process
+            does not run in a Pod (no service account token / KUBERNETES_SERVICE_HOST).
+    """
+    from kubernetes import client, config
+
+    if settings.kubeconfig is not None:
+        try:
+            client_ = config.new_client_from_config(config_file=str(settings.kubeconfig))  # type: ignore[no-untyped-call]
+            return client_, False
+        except (config.ConfigException, OSError, ValueError, TypeError) as err:
+            raise StartupError(f"--kubeconfig {settings.kubeconfig}: cannot load: {err}") from err
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException as err:
+        raise StartupError(
+            "no cluster to talk to: give --kubeconfig PATH (NODE_IPAM_KUBECONFIG) or run"
+            f" in a Pod with a service account ({err})"
+        ) from err
+    return client.ApiClient(configuration), True
+
+
+def leader_identity() -> str:
+    """Leader-election identity: Pod name (``POD_NAME``) or hostname, plus a random suffix
+    so two processes on one host never share it (client-go uses hostname + ``_`` + UUID)."""
+    base = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{base}_{uuid.uuid4().hex[:12]}"
+
+
+def tls_context(settings: Settings, *, workdir: Path) -> tls.ReloadingContext:
+    """The server TLS context: the given files (reloaded on change), or a self-signed CA and
+    serving certificate generated into ``workdir`` (CA written to ``--ca-bundle-out``).
+
+    Raises:
+        StartupError: the files cannot be read or do not form a key pair.
+    """
+    cert_file, key_file = settings.tls_cert_file, settings.tls_private_key_file
+    if cert_file is None or key_file is None:
+        ca = tls.generate_ca()
+        names = _self_signed_names(settings.bind_address)
+        serving = tls.generate_serving_cert(ca, names)
+        cert_file, key_file = workdir / "tls.crt", workdir / "tls.key"
+        tls.write_key_pair(serving, cert_path=cert_file, key_path=key_file)
+        log_event(
+            log,
+            "generated a self-signed serving certificate",
+            ca_sha256=ca.fingerprint(),
+            dns_names=names,
+            ca_bundle_out=str(settings.ca_bundle_out or ""),
+        )
+        if settings.ca_bundle_out is not None:
+            try:
+                settings.ca_bundle_out.write_bytes(ca.cert_pem)
+            except OSError as err:
+                raise StartupError(f"--ca-bundle-out {settings.ca_bundle_out}: {err}") from err
+    elif settings.ca_bundle_out is not None:
+        log.warning("--ca-bundle-out is ignored: the certificate comes from --tls-cert-file")
+    try:
+        return tls.ReloadingContext(cert_file=cert_file, key_file=key_file)
+    except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+        raise StartupError(f"--tls-cert-file {cert_file}: cannot load the key pair: {err}") from err
+
+
+def build(settings: Settings) -> tuple[Any, Any, uvicorn.Config]:
+    """Wire controller, app and uvicorn config (without running); returns
+    ``(controller, app, config)``. The temporary certificate directory lives as long as
+    the process.
+
+    Raises:
+        StartupError: see :func:`api_client_for` and :func:`tls_context`.
+    """
+    from app.controller import Controller
+
+    api_client, in_cluster = api_client_for(settings)
+    auth = settings.auth or ("kubernetes" if in_cluster else "none")
+    authorizer: Authorizer = (
+        KubernetesAuthorizer(KubeReviewClient(api_client)) if auth == "kubernetes" else AllowAll()
+    )
+    identity = leader_identity()
+    controller = Controller(settings=settings, api_client=api_client, identity=identity)
+    workdir = Path(tempfile.mkdtemp(prefix="node-ipam-lb-tls-"))
+    reloading = tls_context(settings, workdir=workdir)
+    app = create_app(settings, controller=controller, authorizer=authorizer)
+    config = uvicorn.Config(
+        app,
+        host=settings.bind_address,
+        port=settings.port,
+        ssl_context_factory=lambda _config, _default: reloading.context,
+        lifespan="on",
+        log_config=None,
+        access_log=settings.log_level == "debug",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        server_header=False,
+    )
+    log_event(
+        log,
+        "serving",
+        address=f"https://{settings.bind_address}:{settings.port}",
+        identity=identity,
+        auth=auth,
+        webhook=settings.webhook,
+        default_lb_service_ipam=settings.default_lb_service_ipam,
+    )
+    return controller, app, config
+
+
+def run(flags: Mapping[str, Any]) -> None:
+    """``serve``: settings from ``flags`` (None = not given) and env, then :func:`serve`.
+
+    Raises:
+        StartupError: see :func:`settings_from` and :func:`build`.
+    """
+    serve(settings_from(flags))
+
+
+def serve(settings: Settings) -> None:
+    """Run until SIGTERM/SIGINT; uvicorn's graceful shutdown runs the app lifespan's exit,
+    which stops the controller and releases the leader Lease.
+
+    Raises:
+        StartupError: see :func:`build`.
+    """
+    configure(settings.log_level)
+    _, _, config = build(settings)
+    uvicorn.Server(config).run()
+
+
+def _self_signed_names(bind_address: str) -> list[str]:
+    names = ["localhost", "127.0.0.1", "::1", socket.gethostname()]
+    for extra in (bind_address, os.environ.get("POD_IP", "")):
+        if extra and extra not in ("0.0.0.0", "::") and extra not in names:
+            names.append(extra)
+    return names
