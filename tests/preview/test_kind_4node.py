@@ -105,3 +105,12 @@ def test_real_console_script() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert table_ips(done.stdout) == expected()
+
+
+def test_readme_shows_the_real_output() -> None:
+    readme = (KIND_4NODE.parents[1] / "README.md").read_text()
+    command = "$ node-ipam-lb preview -f examples/kind-4node/cluster.yaml\n"
+    assert command in readme
+    shown = readme.split(command, 1)[1].split("```", 1)[0]
+    run = preview("-f", str(KIND_4NODE / "cluster.yaml"))
+    assert shown == run.stdout
