@@ -108,6 +108,7 @@ class Controller:
         self._lock = threading.Lock()
         self._managed: dict[str, ServiceView] = {}
         self._enqueued_after_sync = False
+        self._adds = 0
         self._stopping = threading.Event()
         self._workers: list[threading.Thread] = []
         self._started = False
@@ -215,9 +216,14 @@ class Controller:
             return False
         return self.elector is None or self.elector.is_leader()
 
+    def queue_adds(self) -> int:
+        """How many keys the event handlers have put on the queue so far (tests, debugging)."""
+        return self._adds
+
     def _enqueue(self, keys: Iterable[str]) -> None:
         if self._enqueued_after_sync and self.is_leader():
             for key in keys:
+                self._adds += 1
                 self.queue.add(key)
 
     def _enqueue_all(self) -> None:

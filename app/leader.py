@@ -88,8 +88,7 @@ class LeaderElector:
     def run(self) -> None:
         """Thread body: acquire, renew, step down on a missed deadline, until stopped."""
         while not self._stop.is_set():
-            succeeded = self.try_acquire_or_renew()
-            self._after_attempt(succeeded)
+            self.step()
             if self._stop.is_set():
                 break
             wait = self._retry_period
@@ -107,6 +106,12 @@ class LeaderElector:
         if was_leading:
             self._set_leading(False)
             self._release()
+
+    def step(self) -> bool:
+        """One attempt to acquire or renew, then start or stop leading accordingly.
+        Returns :meth:`is_leader` afterwards (tests drive this with fake clocks)."""
+        self._after_attempt(self.try_acquire_or_renew())
+        return self.is_leader()
 
     def try_acquire_or_renew(self) -> bool:
         """One client-go ``tryAcquireOrRenew``: True when we hold the Lease afterwards."""

@@ -1,0 +1,142 @@
+"""Builders, the kind-4node case and a bounded poll helper for the reconciler tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.config import Settings
+
+CASE = Path(__file__).resolve().parent.parent / "data" / "cases" / "kind-4node"
+CLASS = "io.cilium/node"
+ANNOTATION = "io.cilium.nodeipam/match-node-labels"
+EXCLUDE = "node.kubernetes.io/exclude-from-external-load-balancers"
+KIND_PLURAL = {"Node": "nodes", "Service": "services", "EndpointSlice": "endpointslices"}
+
+
+def wait_until(
+    predicate: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition"
+) -> Any:
+    """Poll ``predicate`` every 20 ms until truthy; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def kind_4node() -> tuple[list[tuple[str, dict[str, Any]]], dict[str, list[str] | None]]:
+    """``([(plural, object)], {"ns/name": [ips] or None for 'untouched'})``."""
+    cluster = yaml.safe_load((CASE / "cluster.yaml").read_text())
+    objects = [(KIND_PLURAL[o["kind"]], o) for o in cluster["items"]]
+    expected: dict[str, list[str] | None] = {}
+    for line in (CASE / "expected.txt").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        key, _, value = line.partition(":")
+        value = value.strip()
+        expected[key.strip()] = None if value == "untouched" else value.split(",")
+    return objects, expected
+
+
+def node(
+    name: str,
+    *,
+    internal: Sequence[str] = (),
+    external: Sequence[str] = (),
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[str] = (),
+    heartbeat: str = "2024-07-16T06:01:00Z",
+) -> dict[str, Any]:
+    addresses = [{"type": "InternalIP", "address": a} for a in internal]
+    addresses += [{"type": "ExternalIP", "address": a} for a in external]
+    addresses.append({"type": "Hostname", "address": name})
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": [{"key": k, "effect": "NoSchedule"} for k in taints]},
+        "status": {
+            "addresses": addresses,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "lastTransitionTime": "2024-07-16T05:13:05Z",
+                    "lastHeartbeatTime": heartbeat,
+                }
+            ],
+        },
+    }
+
+
+def service(
+    name: str,
+    *,
+    namespace: str = "default",
+    selector: str | None = None,
+    local: bool = False,
+    lb_class: str | None = CLASS,
+    type_: str = "LoadBalancer",
+    ingress: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "type": type_,
+        "ipFamilies": ["IPv4"],
+        "externalTrafficPolicy": "Local" if local else "Cluster",
+        "ports": [{"port": 80, "protocol": "TCP"}],
+    }
+    if lb_class is not None:
+        spec["loadBalancerClass"] = lb_class
+    annotations = {} if selector is None else {ANNOTATION: selector}
+    status: dict[str, Any] = {"loadBalancer": {}}
+    if ingress is not None:
+        status["loadBalancer"]["ingress"] = [{"ip": ip, "ipMode": "VIP"} for ip in ingress]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": spec,
+        "status": status,
+    }
+
+
+def endpoint_slice(
+    service_name: str, *, nodes: Sequence[str], namespace: str = "default", suffix: str = "abcde"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "addressType": "IPv4",
+        "metadata": {
+            "name": f"{service_name}-{suffix}",
+            "namespace": namespace,
+            "labels": {"kubernetes.io/service-name": service_name},
+        },
+        "endpoints": [
+            {"addresses": [f"10.0.0.{i + 1}"], "conditions": {"ready": True}, "nodeName": n}
+            for i, n in enumerate(nodes)
+        ],
+    }
+
+
+def fast_settings(**overrides: Any) -> Settings:
+    """Settings with short leader-election durations and watch timeouts for tests."""
+    values: dict[str, Any] = {
+        "lease_duration_seconds": 1.0,
+        "renew_deadline_seconds": 0.8,
+        "retry_period_seconds": 0.1,
+        "watch_timeout_seconds": 5,
+        "request_timeout_seconds": 2.0,
+        "workers": 2,
+        "leader_election_namespace": "kube-system",
+    }
+    values.update(overrides)
+    return Settings(**values)

@@ -1,0 +1,131 @@
+"""The Controller wired end to end on the in-memory API (threads, real time, short waits)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from app.controller import Controller
+from tests.reconcile.memory_api import MemoryAPI
+from tests.reconcile.support import (
+    EXCLUDE,
+    endpoint_slice,
+    fast_settings,
+    kind_4node,
+    node,
+    service,
+    wait_until,
+)
+
+Start = Callable[..., Controller]
+
+
+@pytest.fixture
+def start(memory_api: MemoryAPI) -> Iterator[Start]:
+    controllers: list[Controller] = []
+
+    def _start(identity: str = "pod-a", **overrides: Any) -> Controller:
+        controller = Controller(
+            settings=fast_settings(**overrides),
+            api_client=None,
+            identity=identity,
+            api=memory_api,
+        )
+        controller.start()
+        controllers.append(controller)
+        return controller
+
+    yield _start
+    for controller in controllers:
+        controller.stop(timeout=5)
+
+
+def converged(api: MemoryAPI, key: str, ips: list[str]) -> Callable[[], bool]:
+    return lambda: api.ingress(key) == ips
+
+
+def test_kind_4node_converges_to_the_expected_ingress(memory_api: MemoryAPI, start: Start) -> None:
+    objects, expected = kind_4node()
+    for kind, obj in objects:
+        memory_api.apply(kind, obj)
+    controller = start(leader_elect=False)
+    wait_until(controller.ready, what="caches synced")
+    for key, ips in expected.items():
+        if ips is not None:
+            wait_until(converged(memory_api, key, ips), what=f"{key} = {ips}")
+    assert memory_api.ingress("default/other-class") == ["203.0.113.10"]
+    assert memory_api.calls["patch services/status"] == 4
+    assert controller.healthy() == (True, "ok")
+
+
+def test_nodes_edits_converge_and_heartbeats_cause_no_reconcile(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("nodes", node("w2", internal=["10.0.0.2"]))
+    memory_api.apply("services", service("web"))
+    controller = start(leader_elect=False)
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1", "10.0.0.2"]), what="first")
+    for step, ips in [
+        (
+            lambda: memory_api.apply(
+                "nodes", node("w1", internal=["10.0.0.1"], labels={EXCLUDE: ""})
+            ),
+            ["10.0.0.2"],
+        ),
+        (
+            lambda: memory_api.apply("nodes", node("w1", internal=["10.0.0.9"])),
+            ["10.0.0.2", "10.0.0.9"],
+        ),
+        (lambda: memory_api.delete("nodes", "w2"), ["10.0.0.9"]),
+    ]:
+        step()
+        wait_until(converged(memory_api, "default/web", ips), what=str(ips))
+    writes = memory_api.calls["patch services/status"]
+    reconciles = controller.queue_adds()
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.9"], heartbeat="2031-01-01T00:00:00Z"))
+    memory_api.apply("services", service("marker", lb_class="other"))
+    wait_until(lambda: controller.cache.service("default", "marker"), what="marker seen")
+    assert memory_api.calls["patch services/status"] == writes
+    assert controller.queue_adds() == reconciles + 1, "only the marker Service was enqueued"
+
+
+def test_local_service_follows_its_endpoints(memory_api: MemoryAPI, start: Start) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("nodes", node("w2", internal=["10.0.0.2"]))
+    memory_api.apply("services", service("web", local=True))
+    memory_api.apply("endpointslices", endpoint_slice("web", nodes=["w2"]))
+    start(leader_elect=False)
+    wait_until(converged(memory_api, "default/web", ["10.0.0.2"]), what="one endpoint")
+    memory_api.apply("endpointslices", endpoint_slice("web", nodes=[]))
+    wait_until(converged(memory_api, "default/web", []), what="scaled to zero")
+    memory_api.apply("endpointslices", endpoint_slice("web", nodes=["w1", "w2"]))
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1", "10.0.0.2"]), what="scaled up")
+
+
+def test_write_failures_are_retried_without_a_storm(memory_api: MemoryAPI, start: Start) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web"))
+    memory_api.fail("patch services/status", 409, 500, 503, 0)
+    start(leader_elect=False)
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1"]), what="converged after faults")
+    assert memory_api.calls["patch services/status"] == 5
+
+
+def test_only_the_leader_writes_and_a_standby_takes_over(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web"))
+    a = start("pod-a")
+    wait_until(a.is_leader, what="a leads")
+    b = start("pod-b")
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1"]), what="a writes")
+    wait_until(b.ready, what="b synced")
+    assert not b.is_leader()
+    a.stop(timeout=5)
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.7"]))
+    wait_until(b.is_leader, timeout=3, what="b takes over")
+    wait_until(converged(memory_api, "default/web", ["10.0.0.7"]), what="b writes")
