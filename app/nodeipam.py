@@ -20,9 +20,8 @@ from typing import Any
 
 from app.config import SelectionSettings
 from app.selector import Selector, SelectorError, parse_cached
+from app.verdicts import NodeVerdict, VerdictKey, family_names, new_verdict, selection_reason
 from app.views import (
-    AUTOSCALER_TAINT,
-    EXCLUDE_FROM_LB_LABEL,
     FAMILY_BIT,
     IPV4,
     IPV6,
@@ -33,21 +32,7 @@ from app.views import (
 
 LOAD_BALANCER = "LoadBalancer"
 LOCAL = "Local"
-
-
-@dataclass(frozen=True, slots=True)
-class NodeVerdict:
-    """Why one node is or is not in a Service's ingress.
-
-    ``code`` is one of ``Selected``, ``SelectorMismatch``, ``Deleting``,
-    ``ExcludedByLabel``, ``AutoscalerTaint``, ``NoReadyEndpoint``, ``NotReady``,
-    ``NoAddressOfFamily``, ``ExternalIPPreferred``; ``reason`` is a sentence for humans.
-    """
-
-    name: str
-    selected: bool
-    code: str
-    reason: str
+__all__ = ["LOCAL", "NodeVerdict", "Selection", "is_managed", "select"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,53 +105,6 @@ def is_managed(service: ServiceView, settings: SelectionSettings) -> tuple[bool,
     return True, f"spec.loadBalancerClass is {json.dumps(ours)}"
 
 
-_STATIC_REASONS = {
-    "SelectorMismatch": "labels do not match the node selector",
-    "Deleting": "being deleted (metadata.deletionTimestamp is set)",
-    "ExcludedByLabel": f"has label {EXCLUDE_FROM_LB_LABEL} (excludes whatever its value)",
-    "AutoscalerTaint": f"has taint {AUTOSCALER_TAINT} (the cluster autoscaler is removing it)",
-    "NoReadyEndpoint": (
-        "externalTrafficPolicy is Local and no ready endpoint of the Service is on this node"
-    ),
-    "ExternalIPPreferred": (
-        "has no ExternalIP of a wanted family while other nodes have one: only ExternalIPs"
-        " are advertised (option per_node_address_fallback changes this)"
-    ),
-}
-
-
-def _family_names(mask: int) -> str:
-    return " or ".join(f for f, bit in FAMILY_BIT.items() if mask & bit)
-
-
-VerdictKey = str | tuple[Any, ...]
-
-
-def _new_verdict(node: NodeView, key: VerdictKey) -> NodeVerdict:
-    """Build and memoise ``node``'s verdict for ``key`` (a code, or a tuple led by one)."""
-    code: str
-    arg: tuple[Any, ...]
-    code, arg = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
-    invalid = (
-        f"; ignored addresses that are not IPs: {', '.join(node.invalid_addresses)}"
-        if node.invalid_addresses
-        else ""
-    )
-    if code == "Selected":
-        kind, mask = arg
-        ips = [a.ip for a in node.addresses if a.type == kind and FAMILY_BIT[a.family] & mask]
-        reason = f"advertised: {kind} {', '.join(ips)}{invalid}"
-    elif code == "NotReady":
-        reason = f"Ready condition not True for longer than the {arg[0]:g}s grace period"
-    elif code == "NoAddressOfFamily":
-        reason = f"no ExternalIP or InternalIP of family {_family_names(arg[0])}{invalid}"
-    else:
-        reason = _STATIC_REASONS[code]
-    verdict = NodeVerdict(name=node.name, selected=code == "Selected", code=code, reason=reason)
-    node.verdict_cache[key] = verdict
-    return verdict
-
-
 def _families(service: ServiceView, warnings: list[str]) -> tuple[str, ...]:
     """Wanted families in ``spec.ipFamilies`` order; defaulted (with a warning) when empty.
 
@@ -224,18 +162,18 @@ def _filter_nodes(
     matched = eligible = 0
     for i, node in enumerate(nodes):
         if matches is not None and not matches(node.labels):
-            verdicts[i] = node.verdict_cache.get("SelectorMismatch") or _new_verdict(
+            verdicts[i] = node.verdict_cache.get("SelectorMismatch") or new_verdict(
                 node, "SelectorMismatch"
             )
             continue
         matched += 1
         predicate = node.predicate
         if predicate is not None:
-            verdicts[i] = node.verdict_cache.get(predicate) or _new_verdict(node, predicate)
+            verdicts[i] = node.verdict_cache.get(predicate) or new_verdict(node, predicate)
             continue
         eligible += 1
         if ready_names is not None and node.name not in ready_names:
-            verdicts[i] = node.verdict_cache.get("NoReadyEndpoint") or _new_verdict(
+            verdicts[i] = node.verdict_cache.get("NoReadyEndpoint") or new_verdict(
                 node, "NoReadyEndpoint"
             )
             continue
@@ -279,7 +217,7 @@ def _addresses(
                         v4[value] = ip
                     else:
                         v6[value] = ip
-        verdicts[idx] = node.verdict_cache.get(key) or _new_verdict(node, key)
+        verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
     return v4, v6, hidden, selected
 
 
@@ -362,11 +300,11 @@ def select(
     else:
         key = ("NotReady", settings.not_ready_grace_seconds)
         for idx, node in not_ready:
-            verdicts[idx] = node.verdict_cache.get(key) or _new_verdict(node, key)
+            verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
     if hidden:
         warnings.append(
             f"{hidden} eligible node(s) without an ExternalIP of family"
-            f" {_family_names(wanted)} are not advertised because other nodes have one"
+            f" {family_names(wanted)} are not advertised because other nodes have one"
             " (option per_node_address_fallback advertises their InternalIP)"
         )
     mode = settings.ip_mode
@@ -374,7 +312,7 @@ def select(
     for family in families:
         table = v4 if family == IPV4 else v6
         ingress += [{"ip": table[value], "ipMode": mode} for value in sorted(table)]
-    reason = _reason(
+    reason = selection_reason(
         ingress=ingress, counts=(len(node_list), matched, eligible, pool, selected),
         selector=selector, wanted=wanted, local=local,
     )  # fmt: skip
@@ -427,28 +365,3 @@ def _split_not_ready(
         kept_indices.append(idx)
         kept.append(node)
     return kept_indices, kept, not_ready, recheck_at
-
-
-def _reason(
-    *,
-    ingress: list[dict[str, str]],
-    counts: tuple[int, int, int, int, int],
-    selector: object,
-    wanted: int,
-    local: bool,
-) -> str:
-    """A short sentence: what was advertised, or the first step that emptied the list."""
-    total, matched, eligible, candidates, selected = counts
-    if ingress:
-        return f"{len(ingress)} address(es) from {selected} of {total} node(s)"
-    if total == 0:
-        return "no Nodes in the cluster"
-    if matched == 0:
-        return f"no Node matches the node selector {selector}"
-    if eligible == 0:
-        return (
-            "every matching Node is excluded (being deleted, exclusion label or autoscaler taint)"
-        )
-    if local and candidates == 0:
-        return "externalTrafficPolicy is Local and no eligible Node has a ready endpoint"
-    return f"no eligible Node has an ExternalIP or InternalIP of family {_family_names(wanted)}"
