@@ -1,0 +1,59 @@
+"""Unknown-field handling (``fieldValidation`` = ``Ignore`` | ``Warn`` (default) | ``Strict``).
+
+kube-apiserver decodes into typed structs, so unknown fields are dropped; ``Warn`` reports
+each as a warning, ``Strict`` rejects the request with 400 ``strict decoding error: unknown
+field "spec.foo"``. The schema is the real v1.32 OpenAPI (see :mod:`tests.fakeapi.patch`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fakeapi import errors
+from tests.fakeapi.patch import Schema, _resolve, kind_schema
+
+
+def prune(obj: dict[str, Any], *, api_version: str, kind: str) -> list[str]:
+    """Drop fields unknown to the kind's schema from ``obj`` (in place); return their paths."""
+    schema = kind_schema(api_version, kind)
+    unknown: list[str] = []
+    if schema is not None:
+        _walk(obj, schema, "", unknown)
+    return unknown
+
+
+def _walk(value: Any, schema: Schema | None, path: str, unknown: list[str]) -> None:
+    schema = _resolve(schema)
+    if schema is None or schema.get("x-kubernetes-preserve-unknown-fields"):
+        return
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for key in list(value):
+            sub = f"{path}.{key}" if path else key
+            if props is not None and key in props:
+                _walk(value[key], props[key], sub, unknown)
+            elif isinstance(extra, dict):
+                _walk(value[key], extra, sub, unknown)
+            elif props is not None:
+                unknown.append(sub)
+                del value[key]
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            _walk(item, schema["items"], f"{path}[{i}]", unknown)
+
+
+def check(obj: dict[str, Any], *, api_version: str, kind: str, directive: str) -> list[str]:
+    """Apply ``directive`` to ``obj``; returns warnings, raises 400 under ``Strict``."""
+    if directive not in ("", "Ignore", "Warn", "Strict"):
+        raise errors.bad_request(
+            f'fieldValidation: Unsupported value: "{directive}": supported values: '
+            '"Ignore", "Strict", "Warn"'
+        )
+    unknown = prune(obj, api_version=api_version, kind=kind)
+    if not unknown or directive == "Ignore":
+        return []
+    texts = [f'unknown field "{u}"' for u in unknown]
+    if directive == "Strict":
+        raise errors.bad_request("strict decoding error: " + ", ".join(texts))
+    return texts

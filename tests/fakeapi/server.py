@@ -1,0 +1,227 @@
+"""Run the fake API with uvicorn in a background thread, and the Python handle tests use."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+import kubernetes.client
+import uvicorn
+
+from tests.fakeapi.app import FakeApiApp
+from tests.fakeapi.cluster import Cluster
+from tests.fakeapi.faults import Faults, Latency
+from tests.fakeapi.seed import load_files
+
+T = TypeVar("T")
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- name: fakeapi
+  cluster:
+    server: {url}
+users:
+- name: fakeapi-admin
+  user:
+    token: fakeapi-admin-token
+contexts:
+- name: fakeapi
+  context:
+    cluster: fakeapi
+    user: fakeapi-admin
+    namespace: default
+current-context: fakeapi
+"""
+
+
+class FakeApiServer:
+    """A fake Kubernetes API server on ``http://127.0.0.1:<port>``.
+
+    Use as a context manager or call :meth:`start` / :meth:`stop`. State-changing handles
+    (seed, compact, drop_watches) run on the server's event loop so watch events stay in
+    resourceVersion order.
+    """
+
+    def __init__(self, *, port: int = 0, host: str = "127.0.0.1", history_limit: int = 200_000):
+        self.cluster = Cluster(history_limit=history_limit)
+        self.faults = Faults()
+        self.app = FakeApiApp(self.cluster, self.faults)
+        self._host, self._port = host, port
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="fakeapi-")
+        self.url = ""
+        self.kubeconfig_path = Path(self._tmp.name) / "kubeconfig"
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> Self:
+        """Bind, serve in a daemon thread, and return once requests are accepted (< 1 s)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self._host, self._port))
+        self._port = sock.getsockname()[1]
+        self.url = f"http://{self._host}:{self._port}"
+        self.app.server_address = f"{self._host}:{self._port}"
+        self.kubeconfig_path.write_text(KUBECONFIG.format(url=self.url))
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=1,
+        )
+        self._server = uvicorn.Server(config)
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            self.cluster.store.loop = loop
+            self.cluster.store.loop_thread = threading.get_ident()
+            ready.set()
+            assert self._server is not None
+            loop.run_until_complete(self._server.serve(sockets=[sock]))
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="fakeapi", daemon=True)
+        self._thread.start()
+        ready.wait(5)
+        deadline = time.monotonic() + 5
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("fake API server did not start")
+            time.sleep(0.005)
+        return self
+
+    def stop(self) -> None:
+        """Close watches and stop serving (returns in well under a second)."""
+        if self._server is None or self._thread is None:
+            return
+        if self._thread.is_alive():
+            self.call(self.cluster.store.drop_watches)
+        self._server.should_exit = True
+        self._thread.join(5)
+        self._server = None
+        self._tmp.cleanup()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the server's event loop thread and return its result."""
+        loop = self._loop
+        if loop is None or threading.get_ident() == self.cluster.store.loop_thread:
+            return fn()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as err:
+                future.set_exception(err)
+
+        loop.call_soon_threadsafe(run)
+        return future.result(timeout=30)
+
+    # -- clients -----------------------------------------------------------------------
+    def client(self) -> kubernetes.client.ApiClient:
+        """A ``kubernetes.client.ApiClient`` configured for this server."""
+        cfg = kubernetes.client.Configuration()
+        cfg.host = self.url
+        return kubernetes.client.ApiClient(cfg)
+
+    # -- state -------------------------------------------------------------------------
+    def seed(
+        self, objects: list[dict[str, Any]] | None = None, *, files: list[str] = ()
+    ) -> list[dict[str, Any]]:  # type: ignore[assignment]
+        """Store objects (and objects of kubectl dump ``files``) as they are, status kept."""
+        everything = list(objects or []) + load_files(list(files))
+        return self.call(lambda: self.cluster.seed(everything))
+
+    def get(self, resource: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        """The stored object (a fresh copy) of ``resource`` (store key, e.g. ``services``,
+        ``endpointslices.discovery.k8s.io``), or ``None``."""
+        entry = self.cluster.store.get(resource, namespace, name)
+        return None if entry is None else json.loads(entry.raw)
+
+    @property
+    def resource_version(self) -> int:
+        """The current global resourceVersion."""
+        return self.cluster.store.rv
+
+    # -- faults ------------------------------------------------------------------------
+    def fail(
+        self,
+        *,
+        method: str = "*",
+        path: str = "*",
+        status: int = 500,
+        times: int = 1,
+        message: str = "",
+    ) -> None:
+        """Answer the next ``times`` requests matching ``method``/``path`` globs with ``status``."""
+        self.faults.fail(method=method, path=path, status=status, times=times, message=message)
+
+    def add_latency(self, seconds: float, *, method: str = "*", path: str = "*") -> None:
+        """Delay matching requests by ``seconds``; :meth:`clear_latency` removes all delays."""
+        self.faults.latencies.append(Latency(seconds, method, path))
+
+    def clear_latency(self) -> None:
+        self.faults.latencies.clear()
+
+    def drop_watches(self) -> int:
+        """End every open watch stream; returns how many were open."""
+        return self.call(self.cluster.store.drop_watches)
+
+    def compact(self) -> int:
+        """Compact history: every older resourceVersion answers 410 Gone. Returns the current rv."""
+        return self.call(self.cluster.store.compact)
+
+    def set_bookmark_interval(self, seconds: float) -> None:
+        """How often watches with ``allowWatchBookmarks`` get a BOOKMARK (default 1 s)."""
+        self.app.bookmark_interval = seconds
+
+    # -- counters and log --------------------------------------------------------------
+    def requests(self) -> dict[str, int]:
+        """Counters ``{"patch services/status": 3, "list nodes": 1, ...}``."""
+        return dict(self.faults.counters)
+
+    def reset_requests(self) -> None:
+        self.faults.reset_counters()
+
+    def request_log(self) -> list[dict[str, Any]]:
+        """Every request: verb, group, resource, subresource, namespace, name, user_agent, ..."""
+        return self.faults.log_dicts()
+
+    # -- auth and webhooks -------------------------------------------------------------
+    def add_token(
+        self, token: str, *, username: str, groups: list[str] = (), uid: str = ""
+    ) -> None:  # type: ignore[assignment]
+        """Make TokenReview accept ``token`` as ``username`` (requests with it act as that user)."""
+        user: dict[str, Any] = {"username": username, "groups": list(groups)}
+        if uid:
+            user["uid"] = uid
+        self.cluster.tokens[token] = user
+
+    def allow_non_resource(self, *, user: str, path: str, verb: str = "get") -> None:
+        """Make SubjectAccessReview allow ``user`` to ``verb`` the nonResourceURL ``path``."""
+        self.cluster.allowed_non_resource.add((user, verb, path))
+
+    def map_service_port(
+        self, *, namespace: str, name: str, port: int = 443, local_port: int
+    ) -> None:
+        """Route webhook calls for service ``namespace/name:port`` to ``127.0.0.1:local_port``."""
+        self.cluster.admission.service_ports[(namespace, name, port)] = local_port
