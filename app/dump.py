@@ -2,7 +2,9 @@
 
 Accepted: a ``v1`` ``List`` (or ``NodeList``-style typed list), multi-document YAML, JSON,
 single objects, any mix across several files; ``-`` is standard input. Objects of other
-kinds are skipped. What counts as **unusable input** (:class:`DumpError`, exit code 2 in
+kinds or API groups (a Knative ``serving.knative.dev/v1`` Service) are skipped.
+
+What counts as **unusable input** (:class:`DumpError`, exit code 2 in
 ``node-ipam-lb preview``): a file that cannot be read, text that is neither YAML nor JSON,
 a document or ``items`` entry that is not a Kubernetes object (no ``kind``), a List whose
 ``items`` is not a list, and a Node/Service/EndpointSlice that cannot be projected
@@ -35,7 +37,12 @@ from app.views import (
 )
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_KINDS = {"Node": "nodes", "Service": "services", "EndpointSlice": "endpoint_slices"}
+# kind -> (Dump attribute, accepted apiVersions; a missing apiVersion is accepted too).
+_KINDS = {
+    "Node": ("nodes", ("v1",)),
+    "Service": ("services", ("v1",)),
+    "EndpointSlice": ("endpoint_slices", ("discovery.k8s.io/v1", "discovery.k8s.io/v1beta1")),
+}
 
 
 class DumpError(ValueError):
@@ -149,9 +156,11 @@ def load_dump(paths: Sequence[str]) -> Dump:
         for number, doc in enumerate(docs, start=1):
             where = f"{name}: document {number}" if len(docs) > 1 else name
             for obj, origin in _objects(doc, where):
-                attr = _KINDS.get(obj["kind"])
-                if attr is None:
-                    dump.skipped[obj["kind"]] = dump.skipped.get(obj["kind"], 0) + 1
+                kind = obj["kind"]
+                attr, versions = _KINDS.get(kind, ("", ()))
+                if not attr or obj.get("apiVersion", versions[0]) not in versions:
+                    # e.g. a Pod, or a Knative serving.knative.dev/v1 Service
+                    dump.skipped[kind] = dump.skipped.get(kind, 0) + 1
                     continue
                 getattr(dump, attr).append(obj)
                 dump.origins[id(obj)] = f"{origin} ({_describe(obj)})"

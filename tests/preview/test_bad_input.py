@@ -139,9 +139,15 @@ def test_malformed_selector_does_not_stop_other_services(write: Write) -> None:
 
 def test_unknown_kinds_are_skipped(write: Write) -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
+    knative = {
+        "apiVersion": "serving.knative.dev/v1",
+        "kind": "Service",
+        "metadata": {"name": "kn"},
+    }
     path = write(
         as_list(
             pod,
+            knative,
             {"kind": "ConfigMap", "metadata": {"name": "c"}},
             node_obj("n1", internal=["10.0.0.1"]),
             service_obj("web"),
