@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -194,7 +196,20 @@ def serve(settings: Settings) -> None:
     """
     configure(settings.log_level)
     _, _, config = build(settings)
-    uvicorn.Server(config).run()
+    _GracefulServer(config).run()
+
+
+class _GracefulServer(uvicorn.Server):
+    """Exit 0 after a SIGTERM-triggered graceful shutdown.
+
+    uvicorn re-raises a captured SIGTERM once shut down (exit status -15); a Pod that
+    stopped as asked should not look like it was killed.
+    """
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM:
+            self._captured_signals = [s for s in self._captured_signals if s != sig]
 
 
 def _self_signed_names(bind_address: str) -> list[str]:

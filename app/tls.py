@@ -163,7 +163,8 @@ class ReloadingContext:
     """Serve ``cert_file``/``key_file`` and reload them when they change on disk.
 
     :attr:`context` is handed to uvicorn once. Its ``sni_callback`` runs on every
-    ClientHello; at most every ``check_seconds`` (per ``clock``) it compares the files'
+    ClientHello; at most every ``check_seconds`` (default :data:`RELOAD_CHECK_SECONDS`,
+    measured with ``clock``) it compares the files'
     (mtime, size, inode) and, when they changed, loads them into a fresh context that the
     handshake in progress and all later ones switch to. A half-written or mismatched pair
     is logged and the previous certificate is kept until the next check.
@@ -177,16 +178,16 @@ class ReloadingContext:
         *,
         cert_file: Path,
         key_file: Path,
-        check_seconds: float = RELOAD_CHECK_SECONDS,
+        check_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._cert_file = cert_file
         self._key_file = key_file
-        self._check_seconds = check_seconds
+        self._check_seconds = RELOAD_CHECK_SECONDS if check_seconds is None else check_seconds
         self._clock = clock
         self._lock = threading.Lock()
         self._stamp = self._file_stamp()
-        self._next_check = clock() + check_seconds
+        self._next_check = clock() + self._check_seconds
         self.context = self._load()
         self.context.sni_callback = self._on_client_hello
         self._current = self.context

@@ -1,0 +1,299 @@
+"""End to end: ``node-ipam-lb serve`` over TLS behind the fake API server's admission chain.
+
+One ``serve`` subprocess (the real CLI, flags and SIGTERM) is shared by the module; its
+webhooks are registered with the caBundle it wrote; ``kubectl`` talks to the fake API.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakeapi.server import FakeApiServer
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "tests/data/cases/kind-4node/cluster.yaml"
+ANNOTATION = "io.cilium.nodeipam/match-node-labels"
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for(predicate: Any, *, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+class Serve:
+    """A ``node-ipam-lb serve`` subprocess and an HTTPS client that trusts its CA."""
+
+    def __init__(self, fake: FakeApiServer, tmp: Path) -> None:
+        self.port = free_port()
+        self.ca_file = tmp / "ca.crt"
+        self.log = (tmp / "serve.log").open("w+")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NODE_IPAM_")}
+        env["NODE_IPAM_RETRY_PERIOD_SECONDS"] = "1"  # env and flags mix
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from app.cli import main; main()",
+                "serve",
+                "--kubeconfig",
+                str(fake.kubeconfig_path),
+                "--bind-address",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--ca-bundle-out",
+                str(self.ca_file),
+                "--default-lb-service-ipam",
+                "nodeipam",
+                "--leader-election-namespace",
+                "default",
+                "--auth",
+                "kubernetes",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self.url = f"https://127.0.0.1:{self.port}"
+        wait_for(self._ready, timeout=60, what=f"serve to be ready\n{self.output()}")
+        self.http = httpx.Client(base_url=self.url, verify=self.context(), timeout=10)
+
+    def context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def _ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"serve exited with {self.process.returncode}\n{self.output()}")
+        if not self.ca_file.exists():
+            return False
+        try:
+            with httpx.Client(verify=self.context(), timeout=2) as client:
+                return client.get(f"{self.url}/readyz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> int:
+        self.http.close()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        return self.process.returncode
+
+
+def webhook_configurations(url: str, ca_pem: bytes) -> list[dict[str, Any]]:
+    bundle = base64.b64encode(ca_pem).decode()
+    rules = [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["services"],
+        }
+    ]
+
+    def hook(kind: str, path: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": kind,
+            "metadata": {"name": "node-ipam-lb"},
+            "webhooks": [
+                {
+                    "name": f"{path.strip('/')}.node-ipam-lb.io",
+                    "clientConfig": {"url": f"{url}{path}", "caBundle": bundle},
+                    "rules": rules,
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "failurePolicy": "Fail",
+                    "timeoutSeconds": 5,
+                }
+            ],
+        }
+
+    return [
+        hook("MutatingWebhookConfiguration", "/mutate"),
+        hook("ValidatingWebhookConfiguration", "/validate"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        server.seed(files=[str(CLUSTER)])
+        yield server
+
+
+@pytest.fixture(scope="module")
+def serve(fake: FakeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    process = Serve(fake, tmp_path_factory.mktemp("serve"))
+    try:
+        yield process
+    finally:
+        process.stop()
+        process.log.close()
+
+
+@pytest.fixture(scope="module")
+def kubectl(fake: FakeApiServer, serve: Serve, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("kubectl")
+
+    def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["kubectl", "--kubeconfig", str(fake.kubeconfig_path), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp,
+        )
+
+    configs = webhook_configurations(serve.url, serve.ca_file.read_bytes())
+    applied = run(
+        "apply",
+        "--validate=false",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": configs}),
+    )
+    assert applied.returncode == 0, applied.stderr
+    return run
+
+
+def manifest(name: str, *, selector: str | None = None, cls: str | None = None) -> str:
+    metadata: dict[str, Any] = {"name": name, "namespace": "default"}
+    if selector is not None:
+        metadata["annotations"] = {ANNOTATION: selector}
+    spec: dict[str, Any] = {
+        "type": "LoadBalancer",
+        "ports": [{"port": 80}],
+        "selector": {"app": "nginx"},
+    }
+    if cls is not None:
+        spec["loadBalancerClass"] = cls
+    return json.dumps({"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec})
+
+
+def test_kubectl_apply_of_a_malformed_selector_fails_with_our_message(kubectl: Any) -> None:
+    result = kubectl(
+        "apply", "--validate=false", "-f", "-", stdin=manifest("bad", selector="role in (edge")
+    )
+    assert result.returncode != 0
+    expected = (
+        f'denied the request: metadata.annotations[{ANNOTATION}]: Invalid value: "role in (edge": '
+    )
+    assert expected in result.stderr
+
+
+def test_kubectl_apply_of_a_risky_service_succeeds_with_warnings(kubectl: Any) -> None:
+    result = kubectl(
+        "apply",
+        "--validate=false",
+        "-f",
+        "-",
+        stdin=manifest("everywhere", selector="", cls="io.cilium/node"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"Warning: {ANNOTATION} is empty: it selects every eligible node" in result.stderr
+    result = kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=manifest("nowhere", selector="kubernetes.io/hostname=gpu-1", cls="io.cilium/node"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"Warning: {ANNOTATION} matches no node now" in result.stderr
+
+
+def test_class_less_service_comes_back_with_our_class(kubectl: Any) -> None:
+    result = kubectl("apply", "--validate=false", "-f", "-", stdin=manifest("classless"))
+    assert result.returncode == 0, result.stderr
+    got = kubectl("get", "service", "classless", "-o", "json")
+    assert json.loads(got.stdout)["spec"]["loadBalancerClass"] == "io.cilium/node"
+
+
+def test_defaulted_service_gets_node_ingress_from_the_reconciler(
+    kubectl: Any, fake: FakeApiServer
+) -> None:
+    kubectl(
+        "apply",
+        "--validate=false",
+        "-f",
+        "-",
+        stdin=manifest("web", selector="kubernetes.io/hostname=kind-worker2"),
+    )
+
+    def ingress() -> Any:
+        stored = fake.get("services", "web", "default") or {}
+        return stored.get("status", {}).get("loadBalancer", {}).get("ingress")
+
+    got = wait_for(ingress, timeout=30, what="status.loadBalancer.ingress")
+    assert got == [{"ip": "10.89.0.7", "ipMode": "VIP"}]
+
+
+def test_preview_over_https_needs_a_token_reviewed_by_the_api_server(
+    serve: Serve, fake: FakeApiServer
+) -> None:
+    fake.add_token("scraper-token", username="system:serviceaccount:monitoring:prometheus")
+    fake.add_token("viewer-token", username="jane")
+    fake.allow_non_resource(user="jane", path="/preview/default/nginx-one-node")
+    fake.allow_non_resource(user="system:serviceaccount:monitoring:prometheus", path="/metrics")
+
+    def get(path: str, token: str | None = None) -> httpx.Response:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        return serve.http.get(path, headers=headers)
+
+    assert get("/preview/default/nginx-one-node").status_code == 401
+    assert get("/preview/default/nginx-one-node", "forged").status_code == 401
+    assert get("/preview/default/nginx-one-node", "scraper-token").status_code == 403
+    item = get("/preview/default/nginx-one-node", "viewer-token").json()
+    assert item["name"] == "nginx-one-node" and item["managed"] is True
+    assert [n["name"] for n in item["nodes"] if n["selected"]] == ["kind-worker2"]
+    metrics = get("/metrics", "scraper-token")
+    assert metrics.status_code == 200
+    assert "controller_runtime_webhook_requests_total" in metrics.text
+    assert get("/metrics", "viewer-token").status_code == 403
+    assert get("/healthz").status_code == 200
+
+
+def test_serve_stops_cleanly_on_sigterm(serve: Serve, fake: FakeApiServer) -> None:
+    """Runs last in this module: SIGTERM → graceful shutdown, exit 0, Lease released."""
+    assert serve.stop() == 0, serve.output()
+    lease = fake.get("leases.coordination.k8s.io", "node-ipam-lb", "default")
+    assert lease is not None
+    assert not lease["spec"].get("holderIdentity"), lease
