@@ -1,0 +1,74 @@
+"""app.dump: reading what kubectl prints, in every shape it prints it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+import yaml
+
+from app.dump import DumpError, load_dump, load_views
+from tests.core.builders import node_obj, service_obj
+
+Write = Callable[..., str]
+
+
+def test_list_multi_document_and_json_give_the_same_objects(write: Write) -> None:
+    objs = [node_obj("n1"), service_obj("web")]
+    as_list = write(yaml.safe_dump({"kind": "List", "apiVersion": "v1", "items": objs}), "a.yaml")
+    multi = write(yaml.safe_dump_all(objs), "b.yaml")
+    as_json = write(json.dumps({"kind": "List", "items": objs}), "c.json")
+    for path in (as_list, multi, as_json):
+        dump = load_dump([path])
+        assert [o["metadata"]["name"] for o in dump.nodes] == ["n1"]
+        assert [o["metadata"]["name"] for o in dump.services] == ["web"]
+
+
+def test_where_names_file_index_and_object(write: Write) -> None:
+    path = write(
+        yaml.safe_dump(
+            {"kind": "List", "items": [node_obj("n1"), service_obj("web", namespace="shop")]}
+        )
+    )
+    dump = load_dump([path])
+    assert dump.where(dump.nodes[0]) == f"{path}: items[0] (Node n1)"
+    assert dump.where(dump.services[0]) == f"{path}: items[1] (Service shop/web)"
+
+
+def test_unknown_kinds_are_counted(write: Write) -> None:
+    path = write(
+        yaml.safe_dump_all([{"kind": "Pod", "metadata": {"name": "p"}}, None, node_obj("n1")])
+    )
+    dump = load_dump([path])
+    assert dump.skipped == {"Pod": 1}
+    assert len(dump.nodes) == 1
+
+
+def test_later_file_wins_and_views_are_sorted(write: Write) -> None:
+    first = write(
+        yaml.safe_dump_all([node_obj("b", internal=["10.0.0.1"]), node_obj("a")]), "1.yaml"
+    )
+    second = write(yaml.safe_dump(node_obj("b", internal=["10.0.0.2"])), "2.yaml")
+    views = load_views([first, second])
+    assert [n.name for n in views.nodes] == ["a", "b"]
+    assert [a.ip for a in views.nodes[1].addresses] == ["10.0.0.2"]
+
+
+def test_view_errors_carry_the_origin(write: Write) -> None:
+    bad = node_obj("n1")
+    bad["status"]["conditions"] = "Ready"
+    path = write(yaml.safe_dump({"kind": "List", "items": [bad]}))
+    with pytest.raises(
+        DumpError, match=r"items\[0\] \(Node n1\): status.conditions: Invalid value"
+    ):
+        load_views([path])
+
+
+def test_unquoted_yaml_timestamps_are_understood(write: Write) -> None:
+    text = yaml.safe_dump(node_obj("n1", ready="False", ready_since=1_700_000_000)).replace(
+        "'2023", "2023"
+    )
+    text = text.replace("Z'", "Z")
+    views = load_views([write(text)])
+    assert views.nodes[0].ready_since == 1_700_000_000
