@@ -7,8 +7,8 @@ admission warnings all call these two functions and nothing else.
 
 Hot-path notes (target: 5,000 nodes well under 5 ms): addresses are parsed once in
 :func:`app.views.node_view`; selectors are parsed once per text (``parse_cached``);
-verdict objects are memoised on each :class:`~app.views.NodeView`, so a call allocates
-one list slot per node and nothing else per node.
+verdict objects are memoised on each :class:`~app.views.NodeView`, so a call creates no
+per-node object beyond a list slot and, for candidates, an index.
 """
 
 from __future__ import annotations
