@@ -14,6 +14,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -297,3 +298,64 @@ def test_serve_stops_cleanly_on_sigterm(serve: Serve, fake: FakeApiServer) -> No
     lease = fake.get("leases.coordination.k8s.io", "node-ipam-lb", "default")
     assert lease is not None
     assert not lease["spec"].get("holderIdentity"), lease
+
+
+def test_in_process_server_without_auth_reloads_rotated_certificates(
+    fake: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--auth none`` (default with a kubeconfig) and certificate files rotated on disk."""
+    import uvicorn
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from app import server, tls
+    from app.config import Settings
+
+    monkeypatch.setattr(tls, "RELOAD_CHECK_SECONDS", 0.0)
+    ca = tls.generate_ca()
+    first = tls.generate_serving_cert(ca, ["127.0.0.1"])
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+    tls.write_key_pair(first, cert_path=cert_file, key_path=key_file)
+    settings = Settings(
+        kubeconfig=fake.kubeconfig_path,
+        bind_address="127.0.0.1",
+        port=free_port(),
+        tls_cert_file=cert_file,
+        tls_private_key_file=key_file,
+        leader_elect=False,
+        webhook=False,
+    )
+    _, _, config = server.build(settings)
+    uv = uvicorn.Server(config)
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    url = f"https://127.0.0.1:{settings.port}"
+    client = ssl.create_default_context(cadata=ca.cert_pem.decode())
+
+    def served_cert() -> bytes:
+        with (
+            socket.create_connection(("127.0.0.1", settings.port), timeout=5) as raw,
+            client.wrap_socket(raw, server_hostname="127.0.0.1") as conn,
+        ):
+            der = conn.getpeercert(binary_form=True)
+            assert der is not None
+            return der
+
+    try:
+        wait_for(lambda: uv.started, timeout=30, what="in-process server")
+        with httpx.Client(base_url=url, verify=client, timeout=10) as http:
+            wait_for(lambda: http.get("/readyz").status_code == 200, timeout=30, what="ready")
+            item = http.get("/preview/default/nginx-two-nodes").json()
+            assert [n["name"] for n in item["nodes"] if n["selected"]] == [
+                "kind-worker",
+                "kind-worker2",
+            ]
+            assert http.get("/metrics").status_code == 200
+            assert http.post("/validate", json={}).status_code == 404, "--no-webhook"
+        assert served_cert() == first.certificate.public_bytes(Encoding.DER)
+        second = tls.generate_serving_cert(ca, ["127.0.0.1"])
+        tls.write_key_pair(second, cert_path=cert_file, key_path=key_file)
+        assert served_cert() == second.certificate.public_bytes(Encoding.DER)
+    finally:
+        uv.should_exit = True
+        thread.join(30)
+    assert not thread.is_alive()

@@ -1,0 +1,110 @@
+"""``node-ipam-lb serve`` start-up errors and ``node-ipam-lb certs generate``."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from typer.testing import CliRunner
+
+from app.cli import cli
+from app.server import leader_identity
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (
+            [],
+            {"NODE_IPAM_DEFAULT_LB_SERVICE_IPAM": "NodeIPAM"},
+            "--default-lb-service-ipam (NODE_IPAM_DEFAULT_LB_SERVICE_IPAM): Input should be",
+        ),
+        (["--default-lb-service-ipam", "kubevip"], {}, "--default-lb-service-ipam"),
+        (["--port", "0"], {}, "--port (NODE_IPAM_PORT)"),
+        ([], {"NODE_IPAM_WORKERS": "many"}, "--workers (NODE_IPAM_WORKERS)"),
+        (["--auth", "basic"], {}, "--auth (NODE_IPAM_AUTH)"),
+        (["--tls-cert-file", "/tmp/x.crt"], {}, "must be given together"),
+        (["--kubeconfig", "/nonexistent/kubeconfig"], {}, "--kubeconfig /nonexistent/kubeconfig"),
+        ([], {}, "no cluster to talk to: give --kubeconfig PATH"),
+    ],
+    ids=[
+        "env typo in default-lb-service-ipam",
+        "flag with an unknown default-lb-service-ipam",
+        "port out of range",
+        "env worker count not a number",
+        "unknown auth mode",
+        "certificate without key",
+        "missing kubeconfig",
+        "neither kubeconfig nor in-cluster config",
+    ],
+)
+def test_serve_start_up_error_is_one_line_and_exit_2(
+    args: list[str], env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = CliRunner().invoke(cli, ["serve", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.server import settings_from
+
+    monkeypatch.setenv("NODE_IPAM_DEFAULT_LB_SERVICE_IPAM", "none")
+    monkeypatch.setenv("NODE_IPAM_WORKERS", "2")
+    settings = settings_from({"default_lb_service_ipam": "nodeipam", "workers": None})
+    assert settings.default_lb_service_ipam == "nodeipam"
+    assert settings.workers == 2
+
+
+def test_leader_identity_is_pod_name_plus_random_suffix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAME", "node-ipam-lb-7d9f-abcde")
+    first, second = leader_identity(), leader_identity()
+    assert first.startswith("node-ipam-lb-7d9f-abcde_") and first != second
+
+
+def test_certs_generate_writes_the_three_files(tmp_path: Path) -> None:
+    out = tmp_path / "certs"
+    result = CliRunner().invoke(
+        cli,
+        ["certs", "generate", "--dns-name", "localhost", "--dns-name", "::1", "--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    assert "CA SHA-256 fingerprint: " in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["ca.crt", "tls.crt", "tls.key"]
+    assert stat.S_IMODE((out / "tls.key").stat().st_mode) == 0o600
+    ca = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+    cert = x509.load_pem_x509_certificate((out / "tls.crt").read_bytes())
+    assert cert.issuer == ca.subject
+    cert.verify_directly_issued_by(ca)
+
+
+def test_certs_generate_needs_a_name(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["certs", "generate", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--dns-name" in result.output
+
+
+def test_console_script_prints_no_traceback_on_bad_settings() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", "from app.cli import main; main()", "serve", "--ip-mode", "Tunnel"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "node-ipam-lb serve: invalid setting: --ip-mode (NODE_IPAM_IP_MODE): Input should be"
+        " 'VIP' or 'Proxy': 'Tunnel'"
+    ]
