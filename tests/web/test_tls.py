@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,24 @@ def test_context_refuses_tls_below_1_2() -> None:
     assert tls.server_context().minimum_version == ssl.TLSVersion.TLSv1_2
 
 
-def test_rotated_files_are_served_on_the_next_handshake(tmp_path: Path) -> None:
+@dataclass
+class Served:
+    ca: tls.KeyPair
+    first: tls.KeyPair
+    cert_file: Path
+    key_file: Path
+    clock: Clock
+    reloading: tls.ReloadingContext
+
+    def rotate(self) -> tls.KeyPair:
+        pair = tls.generate_serving_cert(self.ca, ["127.0.0.1"])
+        tls.write_key_pair(pair, cert_path=self.cert_file, key_path=self.key_file)
+        return pair
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Served:
+    """Certificate files for 127.0.0.1 served by a ReloadingContext on a fake clock (5 s)."""
     cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
     ca = tls.generate_ca()
     first = tls.generate_serving_cert(ca, ["127.0.0.1"])
@@ -78,10 +96,14 @@ def test_rotated_files_are_served_on_the_next_handshake(tmp_path: Path) -> None:
     reloading = tls.ReloadingContext(
         cert_file=cert_file, key_file=key_file, check_seconds=5, clock=clock
     )
+    return Served(ca, first, cert_file, key_file, clock, reloading)
+
+
+def test_rotated_files_are_served_on_the_next_handshake(served: Served) -> None:
+    ca, first, clock, reloading = served.ca, served.first, served.clock, served.reloading
     assert handshake(reloading.context, ca.cert_pem) == der(first)
 
-    second = tls.generate_serving_cert(ca, ["127.0.0.1"])
-    tls.write_key_pair(second, cert_path=cert_file, key_path=key_file)
+    second = served.rotate()
     assert handshake(reloading.context, ca.cert_pem) == der(first), "checked at most every 5 s"
     clock.now = 5
     assert handshake(reloading.context, ca.cert_pem) == der(second)
@@ -89,19 +111,13 @@ def test_rotated_files_are_served_on_the_next_handshake(tmp_path: Path) -> None:
     assert reloading.reloads == 1
 
 
-def test_half_written_files_keep_the_previous_certificate(tmp_path: Path) -> None:
-    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
-    ca = tls.generate_ca()
-    first = tls.generate_serving_cert(ca, ["127.0.0.1"])
-    tls.write_key_pair(first, cert_path=cert_file, key_path=key_file)
-    clock = Clock()
-    reloading = tls.ReloadingContext(cert_file=cert_file, key_file=key_file, clock=clock)
-    cert_file.write_bytes(b"-----BEGIN CERTIFICATE-----\ntrunc")
+def test_half_written_files_keep_the_previous_certificate(served: Served) -> None:
+    ca, clock, reloading = served.ca, served.clock, served.reloading
+    served.cert_file.write_bytes(b"-----BEGIN CERTIFICATE-----\ntrunc")
     clock.now = 10
     assert not reloading.maybe_reload()
-    assert handshake(reloading.context, ca.cert_pem) == der(first)
-    second = tls.generate_serving_cert(ca, ["127.0.0.1"])
-    tls.write_key_pair(second, cert_path=cert_file, key_path=key_file)
+    assert handshake(reloading.context, ca.cert_pem) == der(served.first)
+    second = served.rotate()
     clock.now = 20
     assert reloading.maybe_reload()
     assert handshake(reloading.context, ca.cert_pem) == der(second)
