@@ -186,6 +186,8 @@ def validate(
                 return Decision(warnings=(_short(f"{key} is invalid (unchanged): {err}"),))
             return Decision(allowed=False, message=message)
     view = _view(request, key=key)
+    if view.deleting:  # finalizer removal: nothing to warn about any more
+        return Decision()
     managed, why = is_managed(view, settings)
     warnings: list[str] = []
     if value is not None and not managed:

@@ -262,6 +262,13 @@ def test_other_operations_and_kinds_are_allowed_untouched(
     assert response == {"uid": "uid-1", "allowed": True}
 
 
+def test_service_being_deleted_gets_no_warnings() -> None:
+    svc = service(selector="", etp="Local")
+    svc["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    decision = validate(review(svc, operation="UPDATE", old=svc), snap=snapshot())
+    assert decision == admission.Decision()
+
+
 def test_dry_run_gets_the_same_answer() -> None:
     svc = service(selector="")
     wet = validate(review(svc), settings=NODEIPAM)
