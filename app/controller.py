@@ -175,8 +175,9 @@ class Controller:
         else:
             metrics.LEADER_STATUS.labels(self.settings.leader_election_id).set(1)
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop workers (no write after this returns), informers, and release the Lease."""
+    def stop(self, timeout: float = 10.0, *, release: bool = True) -> None:
+        """Stop workers (no write after this returns), informers, and release the Lease
+        (``release=False`` leaves it to expire, as a crashed replica would: tests)."""
         deadline = time.monotonic() + timeout
         self._stopping.set()
         self.queue.shut_down()
@@ -185,7 +186,7 @@ class Controller:
         for thread in self._workers:
             thread.join(max(deadline - time.monotonic(), 0.0))
         if self.elector is not None:
-            self.elector.stop(max(deadline - time.monotonic(), 0.1))
+            self.elector.stop(max(deadline - time.monotonic(), 0.1), release=release)
         for informer in self.informers:
             informer.join(max(deadline - time.monotonic(), 0.0))
         log_event(LOG, "controller stopped", identity=self.identity)

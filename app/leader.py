@@ -96,16 +96,18 @@ class LeaderElector:
                 wait *= 1.0 + 0.2 * random.random()  # client-go JitterUntil spreads candidates
             self._stop.wait(wait)
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop campaigning; if leading, step down and release the Lease."""
+    def stop(self, timeout: float = 5.0, *, release: bool = True) -> None:
+        """Stop campaigning; if leading, step down and (``release``) hand the Lease back.
+        ``release=False`` leaves the Lease to expire, as after a crash."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
         with self._lock:
             was_leading = self._leading
         if was_leading:
-            self._set_leading(False)
-            self._release()
+            self._set_leading(False, why="stopping")
+            if release:
+                self._release()
 
     def step(self) -> bool:
         """One attempt to acquire or renew, then start or stop leading accordingly.
@@ -177,16 +179,17 @@ class LeaderElector:
         elif self._leading and self._clock() - self._last_renew >= self._renew_deadline:
             self._set_leading(False)
 
-    def _set_leading(self, leading: bool) -> None:
+    def _set_leading(self, leading: bool, *, why: str = "") -> None:
         with self._lock:
             if self._leading == leading:
                 return
             self._leading = leading
         metrics.LEADER_STATUS.labels(self._name).set(1 if leading else 0)
+        lost = not leading and why != "stopping"
         log_event(
             LOG,
-            "leadership acquired" if leading else "leadership lost",
-            level=logging.INFO if leading else logging.WARNING,
+            "leadership acquired" if leading else f"leadership {'lost' if lost else 'given up'}",
+            level=logging.WARNING if lost else logging.INFO,
             lease=f"{self._namespace}/{self._name}",
             identity=self.identity,
         )

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from app.config import Settings
@@ -140,3 +141,48 @@ def fast_settings(**overrides: Any) -> Settings:
     }
     values.update(overrides)
     return Settings(**values)
+
+
+PATHS = {
+    "nodes": "/api/v1/nodes",
+    "services": "/api/v1/namespaces/{ns}/services",
+    "endpointslices": "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+}
+
+
+class Kubectl:
+    """What an operator does with kubectl, as plain HTTP calls to the fake API server."""
+
+    def __init__(self, url: str) -> None:
+        self.http = httpx.Client(base_url=url, timeout=10)
+
+    def __enter__(self) -> Kubectl:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.close()
+
+    def _path(self, kind: str, name: str = "", *, ns: str = "default", sub: str = "") -> str:
+        path = PATHS[kind].format(ns=ns)
+        return "/".join(p for p in (path, name, sub) if p)
+
+    def create(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        ns = obj["metadata"].get("namespace", "default")
+        response = self.http.post(self._path(kind, ns=ns), json=obj)
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+    def patch(
+        self, kind: str, name: str, patch: dict[str, Any], *, ns: str = "default", sub: str = ""
+    ) -> dict[str, Any]:
+        response = self.http.patch(
+            self._path(kind, name, ns=ns, sub=sub),
+            json=patch,
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def delete(self, kind: str, name: str, *, ns: str = "default") -> None:
+        response = self.http.delete(self._path(kind, name, ns=ns))
+        assert response.status_code in (200, 202), response.text
