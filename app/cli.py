@@ -122,6 +122,25 @@ def serve(
         str | None, _flag("Preview and /metrics access: kubernetes or none (default by config)")
     ] = None,
     log_level: Annotated[str | None, _flag("debug, info, warning or error")] = None,
+    cert_secret_name: Annotated[
+        str | None,
+        _flag("Self-managed webhook certificate kept in this Secret (needs --tls-cert-file)"),
+    ] = None,
+    cert_secret_namespace: Annotated[str | None, _flag("Namespace of that Secret")] = None,
+    webhook_service_name: Annotated[str | None, _flag("Service the certificate is for")] = None,
+    webhook_configuration_name: Annotated[
+        str | None, _flag("Mutating/ValidatingWebhookConfiguration that gets the caBundle")
+    ] = None,
+    ca_validity_seconds: Annotated[float | None, _flag("CA lifetime (default 10 years)")] = None,
+    cert_validity_seconds: Annotated[
+        float | None, _flag("Serving certificate lifetime (default 1 year)")
+    ] = None,
+    cert_renew_before_seconds: Annotated[
+        float | None, _flag("Renew this long before expiry (default 90 days)")
+    ] = None,
+    cert_check_interval_seconds: Annotated[
+        float | None, _flag("Certificate and caBundle check period (default 30)")
+    ] = None,
 ) -> None:
     """Run the webhook, reconciler and preview API over HTTPS (every flag is also NODE_IPAM_*)."""
     flags = dict(locals())

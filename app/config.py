@@ -102,6 +102,19 @@ class Settings(BaseSettings):
     watch_timeout_seconds: int = Field(default=300, ge=1, le=3600)
     request_timeout_seconds: float = Field(default=10.0, gt=0)
     auth: AuthMode | None = None
+
+    # Self-managed webhook certificates (app/certsync.py): on when cert_secret_name is set.
+    # The Secret holds CA + serving certificate for <webhook_service_name>.<namespace>.svc;
+    # the CA goes into caBundle of the Mutating- and ValidatingWebhookConfiguration named
+    # webhook_configuration_name; tls_cert_file/tls_private_key_file receive the pair.
+    cert_secret_name: str | None = Field(default=None, min_length=1)
+    cert_secret_namespace: str = Field(default="node-ipam-lb", min_length=1)
+    webhook_service_name: str = Field(default="node-ipam-lb-webhook", min_length=1)
+    webhook_configuration_name: str = Field(default="node-ipam-lb", min_length=1)
+    ca_validity_seconds: float = Field(default=10 * 365 * 86400.0, gt=0)
+    cert_validity_seconds: float = Field(default=365 * 86400.0, gt=0)
+    cert_renew_before_seconds: float = Field(default=90 * 86400.0, gt=0)
+    cert_check_interval_seconds: float = Field(default=30.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     def selection(self) -> SelectionSettings:

@@ -29,6 +29,10 @@ COLLECTIONS: dict[str, str] = {
 """Cluster-wide collection path of each watched kind."""
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+WebhookKind = Literal["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]
+WEBHOOK_CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1"
 
 
 class ApiError(Exception):
@@ -86,8 +90,38 @@ class KubeAPI(Protocol):
         ...
 
 
+class CertificateAPI(Protocol):
+    """The calls of self-managed webhook certificates (:mod:`app.certsync`).
+
+    Errors: :class:`ApiError`, never anything else.
+    """
+
+    def read_secret(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET a Secret; ``None`` when it does not exist."""
+        ...
+
+    def create_secret(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a Secret; 409 when it already exists."""
+        ...
+
+    def replace_secret(self, *, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT a Secret; 409 when ``body.metadata.resourceVersion`` is stale."""
+        ...
+
+    def read_webhook_configuration(self, kind: WebhookKind, *, name: str) -> dict[str, Any] | None:
+        """GET a Mutating/ValidatingWebhookConfiguration; ``None`` when it does not exist."""
+        ...
+
+    def patch_webhook_configuration(
+        self, kind: WebhookKind, *, name: str, patch: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """JSON Patch (RFC 6902) a webhook configuration; 422 when a ``test`` op fails."""
+        ...
+
+
 class KubernetesAPI:
-    """:class:`KubeAPI` on a ``kubernetes.client.ApiClient`` (kubeconfig or in-cluster).
+    """:class:`KubeAPI` and :class:`CertificateAPI` on a ``kubernetes.client.ApiClient``
+    (kubeconfig or in-cluster).
 
     ``request_timeout`` (seconds) bounds every non-watch call, connect and read.
     """
@@ -151,13 +185,44 @@ class KubernetesAPI:
         """See :meth:`KubeAPI.replace_lease`."""
         return self._json("PUT", _lease_path(namespace, name), body=body)
 
+    def read_secret(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        """See :meth:`CertificateAPI.read_secret`."""
+        return self._json_or_none("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+
+    def create_secret(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """See :meth:`CertificateAPI.create_secret`."""
+        return self._json("POST", f"/api/v1/namespaces/{namespace}/secrets", body=body)
+
+    def replace_secret(self, *, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """See :meth:`CertificateAPI.replace_secret`."""
+        return self._json("PUT", f"/api/v1/namespaces/{namespace}/secrets/{name}", body=body)
+
+    def read_webhook_configuration(self, kind: WebhookKind, *, name: str) -> dict[str, Any] | None:
+        """See :meth:`CertificateAPI.read_webhook_configuration`."""
+        return self._json_or_none("GET", f"{WEBHOOK_CONFIGURATIONS}/{kind}/{name}")
+
+    def patch_webhook_configuration(
+        self, kind: WebhookKind, *, name: str, patch: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """See :meth:`CertificateAPI.patch_webhook_configuration`."""
+        path = f"{WEBHOOK_CONFIGURATIONS}/{kind}/{name}"
+        return self._json("PATCH", path, body=patch, content_type=JSON_PATCH)
+
+    def _json_or_none(self, method: str, path: str) -> dict[str, Any] | None:
+        try:
+            return self._json(method, path)
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
     def _json(
         self,
         method: str,
         path: str,
         *,
         query: list[tuple[str, Any]] | None = None,
-        body: dict[str, Any] | None = None,
+        body: dict[str, Any] | list[Any] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
         response = self._call(
@@ -183,7 +248,7 @@ class KubernetesAPI:
         path: str,
         *,
         query: list[tuple[str, Any]] | None,
-        body: dict[str, Any] | None = None,
+        body: dict[str, Any] | list[Any] | None = None,
         content_type: str = "application/json",
         timeout: tuple[float, float] | None,
     ) -> Any:

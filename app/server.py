@@ -12,7 +12,7 @@ import signal
 import socket
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -152,6 +152,7 @@ def build(settings: Settings) -> tuple[Any, Any, uvicorn.Config]:
     )
     identity = leader_identity()
     controller = Controller(settings=settings, api_client=api_client, identity=identity)
+    _self_managed_certificates(settings, api_client=api_client, is_leader=controller.is_leader)
     workdir = Path(tempfile.mkdtemp(prefix="node-ipam-lb-tls-"))
     reloading = tls_context(settings, workdir=workdir)
     app = create_app(settings, controller=controller, authorizer=authorizer)
@@ -210,6 +211,23 @@ class _GracefulServer(uvicorn.Server):
         super().handle_exit(sig, frame)
         if sig == signal.SIGTERM:
             self._captured_signals = [s for s in self._captured_signals if s != sig]
+
+
+def _self_managed_certificates(
+    settings: Settings, *, api_client: Any, is_leader: Callable[[], bool]
+) -> None:
+    """With ``--cert-secret-name``: certificate from the Secret into the TLS files before
+    the server starts, then kept current (app/certsync.py). Raises :class:`StartupError`."""
+    from app.certsync import CertSyncError, start_self_managed
+    from app.kube import KubernetesAPI
+
+    api = KubernetesAPI(api_client, request_timeout=settings.request_timeout_seconds)
+    try:
+        start_self_managed(settings, api=api, is_leader=is_leader)
+    except ValueError as err:
+        raise StartupError(f"invalid setting: {err}") from err
+    except CertSyncError as err:
+        raise StartupError(str(err)) from err
 
 
 def _self_signed_names(bind_address: str) -> list[str]:
