@@ -54,15 +54,19 @@ class KeyPair:
 
 
 def generate_ca(
-    *, common_name: str = "node-ipam-lb-ca", validity: datetime.timedelta = CA_VALIDITY
+    *,
+    common_name: str = "node-ipam-lb-ca",
+    validity: datetime.timedelta = CA_VALIDITY,
+    now: datetime.datetime | None = None,
 ) -> KeyPair:
     """Generate a self-signed CA (ECDSA P-256, BasicConstraints CA:true, path length 0).
 
-    ``validity`` counts from now; ``notBefore`` is one hour earlier to tolerate skew.
+    ``validity`` counts from ``now`` (default: the current UTC time; pass it for
+    deterministic tests); ``notBefore`` is one hour earlier to tolerate skew.
     """
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.UTC)
+    now = now or datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -96,11 +100,15 @@ def generate_serving_cert(
     ca: KeyPair,
     dns_names: Sequence[str],
     validity: datetime.timedelta = SERVING_VALIDITY,
+    *,
+    now: datetime.datetime | None = None,
 ) -> KeyPair:
     """Generate a serving certificate signed by ``ca`` for ``dns_names``.
 
-    Each name that parses as an IP address becomes an IP SAN (so ``127.0.0.1`` works for
-    local development), the others DNS SANs. The first name is the common name.
+    Valid from one hour before ``now`` (default: the current UTC time) for ``validity``,
+    but never beyond the CA's own ``notAfter``. Each name that parses as an IP address
+    becomes an IP SAN (so ``127.0.0.1`` works for local development), the others DNS
+    SANs. The first name is the common name.
 
     Raises:
         ValueError: ``dns_names`` is empty.
@@ -112,7 +120,7 @@ def generate_serving_cert(
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ValueError("ca: Invalid value: the CA key must be an ECDSA key")
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
+    now = now or datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0][:64])]))

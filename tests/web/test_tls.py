@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import ssl
 import stat
 from dataclasses import dataclass
@@ -126,3 +127,14 @@ def test_half_written_files_keep_the_previous_certificate(served: Served) -> Non
 def test_fingerprint_is_sha256_colon_hex() -> None:
     fingerprint = tls.generate_ca().fingerprint()
     assert len(fingerprint.split(":")) == 32
+
+
+def test_generation_at_a_given_time_is_deterministic_in_its_dates() -> None:
+    now = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+    ca = tls.generate_ca(validity=datetime.timedelta(days=10), now=now)
+    serving = tls.generate_serving_cert(ca, ["a.example"], datetime.timedelta(days=30), now=now)
+    assert ca.certificate.not_valid_before_utc == now - tls.CLOCK_SKEW
+    assert serving.certificate.not_valid_before_utc == now - tls.CLOCK_SKEW
+    assert serving.certificate.not_valid_after_utc == ca.certificate.not_valid_after_utc, (
+        "a serving certificate never outlives its CA"
+    )
