@@ -12,7 +12,11 @@ import logging
 import time
 from typing import Any
 
-_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message"}
+# LogRecord's own attributes, plus uvicorn's ANSI-coloured duplicate of the message.
+_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "color_message",
+}
 
 
 class JSONFormatter(logging.Formatter):
