@@ -17,9 +17,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app import admission, metrics
+from app.logs import log_event
 from app.routes.deps import AppState, BodyError, State, media_type, read_body
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("node_ipam_lb.admission")
 
 router = APIRouter(tags=["admission"])
 
@@ -78,19 +79,21 @@ async def _review(request: Request, state: AppState, *, path: str) -> JSONRespon
         body = admission.review_response(review, decision)
     except (BodyError, admission.ReviewError) as err:
         metrics.observe_webhook(path=path, verdict="invalid", seconds=time.perf_counter() - started)
-        log.info("%s: bad request: %s", path, err)
+        log_event(log, "admission request rejected", path=path, status=400, reason=str(err))
         return JSONResponse({"detail": str(err)}, status_code=400)
     metrics.observe_webhook(
         path=path, verdict=decision.verdict, seconds=time.perf_counter() - started
     )
-    if not decision.allowed:
-        log.info(
-            "%s: denied %s %s/%s: %s",
-            path,
-            review.operation,
-            review.namespace,
-            review.name,
-            decision.message,
+    if not decision.allowed or decision.patch:
+        log_event(
+            log,
+            f"admission {decision.verdict}",
+            path=path,
+            uid=review.uid,
+            operation=review.operation,
+            service=f"{review.namespace}/{review.name}",
+            dry_run=review.dry_run,
+            message=decision.message,
         )
     return JSONResponse(body, status_code=200)
 
