@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("node_ipam_lb.auth")
 
 TOKEN_TTL_SECONDS = 60.0
 ALLOW_TTL_SECONDS = 300.0

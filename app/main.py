@@ -15,7 +15,7 @@ from app.config import Settings
 from app.routes import admission, health, preview
 from app.routes.deps import AppState, CacheLike, ControllerLike
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("node_ipam_lb.main")
 
 
 def create_app(

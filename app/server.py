@@ -27,7 +27,7 @@ from app.config import Settings
 from app.logs import configure, log_event
 from app.main import create_app
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("node_ipam_lb.server")
 
 GRACEFUL_SHUTDOWN_SECONDS = 10
 

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("node_ipam_lb.tls")
 
 CA_VALIDITY = datetime.timedelta(days=3650)
 SERVING_VALIDITY = datetime.timedelta(days=365)
