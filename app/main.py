@@ -36,12 +36,17 @@ def create_app(
         cache: the cluster cache when there is no controller (tests); defaults to
             ``controller.cache``.
         authorizer: access check for preview and ``/metrics``; default open
-            (:class:`app.auth.AllowAll`, ``--auth none``).
+            (:class:`app.auth.AllowAll`, ``--auth none``), which ``settings.auth ==
+            "kubernetes"`` does not allow.
         clock: wall clock, epoch seconds (``now`` of the selection).
 
     Raises:
-        ValueError: the settings do not make valid :class:`SelectionSettings`.
+        ValueError: the settings do not make valid :class:`SelectionSettings`, or
+            ``settings.auth`` is ``kubernetes`` and no ``authorizer`` is given (the
+            endpoints would silently be open).
     """
+    if authorizer is None and settings.auth == "kubernetes":
+        raise ValueError("auth: Required value: --auth kubernetes needs an authorizer")
     state = AppState(
         settings=settings,
         selection=settings.selection(),

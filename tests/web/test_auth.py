@@ -143,3 +143,8 @@ def test_admission_needs_no_token(protected: AppClient) -> None:
             headers={"content-type": "application/json"},
         )
     assert response.status_code == 200 and response.json()["response"]["allowed"] is True
+
+
+def test_kubernetes_auth_without_an_authorizer_is_refused() -> None:
+    with pytest.raises(ValueError, match="auth"):
+        create_app(Settings(auth="kubernetes"))
