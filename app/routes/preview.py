@@ -12,12 +12,53 @@ from typing import Any
 
 import yaml
 from fastapi import APIRouter, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.nodeipam import select
 from app.routes.deps import AppState, BodyError, CacheLike, Protected, State, media_type, read_body
 from app.views import ServiceView, ViewError, service_view
 
 router = APIRouter(prefix="/preview", tags=["preview"], dependencies=[Protected])
+
+
+class IngressEntry(BaseModel):
+    """One ``status.loadBalancer.ingress`` entry."""
+
+    model_config = ConfigDict(extra="allow")
+    ip: str
+    ipMode: str = Field(description="VIP (default) or Proxy")
+
+
+class NodeVerdictItem(BaseModel):
+    """Why one node is or is not in the ingress."""
+
+    name: str
+    selected: bool
+    code: str = Field(
+        description="Selected, SelectorMismatch, Deleting, ExcludedByLabel, AutoscalerTaint,"
+        " NoReadyEndpoint, NotReady, NoAddressOfFamily or ExternalIPPreferred"
+    )
+    reason: str
+
+
+class PreviewItem(BaseModel):
+    """The item of ``node-ipam-lb preview -o json`` (``Selection.to_dict()``)."""
+
+    model_config = ConfigDict(extra="allow")
+    namespace: str
+    name: str
+    managed: bool
+    reason: str = Field(description="Why the Service is managed or not, or why ingress is empty")
+    ingress: list[IngressEntry] | None = Field(
+        description="The ingress written to status; null = not written (unmanaged or error)"
+    )
+    error: str | None = Field(description="Node selector annotation parse error, if any")
+    nodes: list[NodeVerdictItem]
+    warnings: list[str]
+    recheckAt: float | None = Field(
+        default=None, description="Epoch seconds when a NotReady grace period runs out"
+    )
+
 
 PREVIEW_EXAMPLE: dict[str, Any] = {
     "namespace": "default",
@@ -66,7 +107,7 @@ spec:
     summary="Preview a live Service",
     responses={200: _OK, 404: {"description": "No such Service in the cache"}, **_ERRORS},
 )
-def preview_live(namespace: str, name: str, state: State) -> dict[str, Any]:
+def preview_live(namespace: str, name: str, state: State) -> PreviewItem:
     """The ingress the stored Service gets now, per-node verdicts and warnings."""
     cache = _synced_cache(state)
     service = cache.service(namespace, name)
@@ -93,7 +134,7 @@ def preview_live(namespace: str, name: str, state: State) -> dict[str, Any]:
         }
     },
 )
-async def preview_manifest(request: Request, state: State) -> dict[str, Any]:
+async def preview_manifest(request: Request, state: State) -> PreviewItem:
     """The ingress this Service would get against the live cluster (nothing is applied)."""
     service = _service_from(await _manifest(request), state)
     cache = _synced_cache(state)
@@ -109,7 +150,7 @@ def _synced_cache(state: AppState) -> CacheLike:
     return cache
 
 
-def _select(service: ServiceView, cache: CacheLike, state: AppState) -> dict[str, Any]:
+def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewItem:
     selection = select(
         service=service,
         nodes=cache.nodes(),
@@ -117,7 +158,7 @@ def _select(service: ServiceView, cache: CacheLike, state: AppState) -> dict[str
         settings=state.selection,
         now=state.clock(),
     )
-    return selection.to_dict()
+    return PreviewItem.model_validate(selection.to_dict())
 
 
 async def _manifest(request: Request) -> object:

@@ -136,3 +136,21 @@ def test_lifespan_starts_and_stops_the_controller(controller: object) -> None:
     with AppClient(app):
         assert controller.calls == ["start"]  # type: ignore[attr-defined]
     assert controller.calls == ["start", "stop"]  # type: ignore[attr-defined]
+
+
+def test_item_is_exactly_the_selection_to_dict_of_preview_json(
+    client: AppClient, cache: FakeCache
+) -> None:
+    from app.config import SelectionSettings
+    from app.nodeipam import select
+
+    service = cache.service("default", "web")
+    assert service is not None
+    expected = select(
+        service=service,
+        nodes=cache.nodes(),
+        endpoint_slices=cache.endpoint_slices("default", "web"),
+        settings=SelectionSettings(default_lb_service_ipam="nodeipam"),
+        now=1e6,
+    ).to_dict()
+    assert client.get("/preview/default/web").json() == expected
