@@ -107,6 +107,7 @@ def test_body_that_is_not_a_service_is_422(client: AppClient, data: bytes, reaso
 
 
 def test_openapi_documents_preview_with_examples(client: AppClient) -> None:
+    assert "swagger" in client.get("/docs").text.lower()
     spec = client.get("/openapi.json").json()
     get = spec["paths"]["/preview/{namespace}/{name}"]["get"]
     post = spec["paths"]["/preview"]["post"]
