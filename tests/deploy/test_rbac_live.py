@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from tests.deploy.render import (
 )
 from tests.deploy.tlsprobe import presented_certificate
 from tests.fakeapi.server import FakeApiServer
+from tests.reconcile.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tests" / "data" / "cases" / "kind-4node" / "cluster.yaml"
@@ -46,18 +46,6 @@ STORE = {kind: f"{kind.lower()}s.admissionregistration.k8s.io" for kind in KINDS
 TEST_AGENT = "deploy-test"  # User-Agent of this test's own requests (not checked)
 SCRAPER = "system:serviceaccount:monitoring:prometheus"
 ANNOTATION = "io.cilium.nodeipam/match-node-labels"
-
-
-def wait_until(predicate: Callable[[], Any], *, what: str, timeout: float = 20.0) -> Any:
-    """Poll ``predicate`` every 50 ms until truthy; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def free_port() -> int:
@@ -135,6 +123,14 @@ def start(fake_api: FakeApiServer, tmp_path: Path) -> Iterator[Callable[..., Rep
     yield _start
     for replica in replicas:
         replica.stop()
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def seed(fake_api: FakeApiServer, objects: list[dict[str, Any]], replica_port: int) -> None:
@@ -227,7 +223,9 @@ def test_self_managed_install_works_with_only_the_rendered_permissions(
     first = start(objects, "pod-a", port, **short)
 
     # The webhook is reachable through the API server, verified with the injected caBundle.
-    wait_until(lambda: all(ca_bundles(fake_api)) or not first.alive(), what="caBundle injected")
+    wait_until(
+        lambda: all(ca_bundles(fake_api)) or not first.alive(), what="caBundle injected", timeout=20
+    )
     assert first.alive(), first.output()
     secret = fake_api.get("secrets", SECRET_NAME, NAMESPACE)
     assert secret is not None
@@ -245,13 +243,18 @@ def test_self_managed_install_works_with_only_the_rendered_permissions(
     assert ANNOTATION in str(denied.value.body), denied.value.body
 
     # The reconciler writes status; /metrics checks the bearer token with the API.
-    wait_until(lambda: ingress(fake_api, "default", "nginx-cluster"), what="status written")
+    wait_until(
+        lambda: ingress(fake_api, "default", "nginx-cluster"), what="status written", timeout=20
+    )
     assert scrape_metrics(first, ca_pem).status_code == 200
 
-    # A second replica reuses the Secret and serves the same certificate.
+    # A second replica reuses the Secret: what it serves verifies with the same CA.
     second = start(objects, "pod-b", **short)
-    wait_until(lambda: second.cert_file.exists() or not second.alive(), what="pod-b bootstrap")
+    wait_until(
+        lambda: listening(second.port) or not second.alive(), what="pod-b serving", timeout=20
+    )
     assert second.alive(), second.output()
+    presented_certificate(port=second.port, ca_pem=ca_pem)
     creates = [
         r for r in fake_api.request_log() if r["verb"] == "create" and r["resource"] == "secrets"
     ]
@@ -262,18 +265,20 @@ def test_self_managed_install_works_with_only_the_rendered_permissions(
     renewed = wait_until(
         lambda: (c := presented_certificate(port=first.port, ca_pem=ca_pem)) != served and c,
         what="pod-a serving a renewed certificate",
+        timeout=20,
     )
     assert renewed.not_valid_before_utc >= served.not_valid_before_utc
     wait_until(
         lambda: presented_certificate(port=second.port, ca_pem=ca_pem) not in (served,),
         what="pod-b serving a renewed certificate",
+        timeout=20,
     )
     assert first.alive() and second.alive()
 
     # An apply that wipes caBundle is healed by the leader.
     fake_api.seed([find(objects, kind, WEBHOOK_CONFIGURATION) for kind in KINDS])
     assert ca_bundles(fake_api) == [None, None]
-    wait_until(lambda: all(ca_bundles(fake_api)), what="caBundle re-injected")
+    wait_until(lambda: all(ca_bundles(fake_api)), what="caBundle re-injected", timeout=20)
 
     first.stop()
     second.stop()
@@ -301,6 +306,7 @@ def test_cert_manager_install_works_with_only_the_rendered_permissions(
     wait_until(
         lambda: ingress(fake_api, "default", "nginx-cluster") or not replica.alive(),
         what="status written",
+        timeout=20,
     )
     assert replica.alive(), replica.output()
     assert scrape_metrics(replica, ca.cert_pem).status_code == 200
