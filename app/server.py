@@ -135,10 +135,10 @@ def tls_context(settings: Settings, *, workdir: Path) -> tls.ReloadingContext:
         raise StartupError(f"--tls-cert-file {cert_file}: cannot load the key pair: {err}") from err
 
 
-def build(settings: Settings) -> tuple[Any, Any, uvicorn.Config]:
+def build(settings: Settings, *, workdir: Path) -> tuple[Any, Any, uvicorn.Config]:
     """Wire controller, app and uvicorn config (without running); returns
-    ``(controller, app, config)``. The temporary certificate directory lives as long as
-    the process.
+    ``(controller, app, config)``. A generated certificate and key go to ``workdir``
+    (a private directory that must outlive the server).
 
     Raises:
         StartupError: see :func:`api_client_for` and :func:`tls_context`.
@@ -153,7 +153,6 @@ def build(settings: Settings) -> tuple[Any, Any, uvicorn.Config]:
     identity = leader_identity()
     controller = Controller(settings=settings, api_client=api_client, identity=identity)
     _self_managed_certificates(settings, api_client=api_client, is_leader=controller.is_leader)
-    workdir = Path(tempfile.mkdtemp(prefix="node-ipam-lb-tls-"))
     reloading = tls_context(settings, workdir=workdir)
     app = create_app(settings, controller=controller, authorizer=authorizer)
     config = uvicorn.Config(
@@ -196,8 +195,9 @@ def serve(settings: Settings) -> None:
         StartupError: see :func:`build`.
     """
     configure(settings.log_level)
-    _, _, config = build(settings)
-    _GracefulServer(config).run()
+    with tempfile.TemporaryDirectory(prefix="node-ipam-lb-tls-") as workdir:
+        _, _, config = build(settings, workdir=Path(workdir))
+        _GracefulServer(config).run()
 
 
 class _GracefulServer(uvicorn.Server):

@@ -324,7 +324,7 @@ def test_in_process_server_without_auth_reloads_rotated_certificates(
         leader_elect=False,
         webhook=False,
     )
-    _, _, config = server.build(settings)
+    _, _, config = server.build(settings, workdir=tmp_path)
     uv = uvicorn.Server(config)
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
