@@ -9,7 +9,8 @@ enqueued once (the queue deduplicates).
 
 Event → keys (what can change a Service's result, §5):
 
-- a Service event: that Service;
+- a Service event: that Service, unless the event is the echo of our own status write
+  (only ``status.loadBalancer.ingress`` changed, to exactly what we wrote);
 - an EndpointSlice event: ``namespace/<kubernetes.io/service-name>`` of the old and new
   slice, when that Service is managed with ``externalTrafficPolicy: Local`` (nothing else
   reads endpoints; a Service not yet in the cache is enqueued by its own event);
@@ -235,7 +236,11 @@ class Controller:
     def _on_changes(self, kind: Kind, changes: list[Change]) -> None:
         if kind == "services":
             self._track_managed(changes)
-            self._enqueue(key for key, _, _ in changes)
+            self._enqueue(
+                key
+                for key, old, new in changes
+                if new is None or not self.reconciler.is_own_write(old, new)
+            )
         elif kind == "endpointslices":
             with self._lock:
                 managed = self._managed

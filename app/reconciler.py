@@ -23,6 +23,7 @@ with backoff: 409 conflicts, 5xx, connection failures); 404 means the Service is
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -31,13 +32,14 @@ from collections.abc import Callable
 from typing import Any
 
 from app import metrics
-from app.cache import ClusterCache
+from app.cache import ClusterCache, service_key
 from app.config import SelectionSettings
 from app.events import NORMAL, WARNING, EventRecorder, ServiceEvent
 from app.kube import ApiError, KubeAPI
 from app.logs import log_event
 from app.nodeipam import Selection, is_managed, select
 from app.status import ingress_differs
+from app.views import ServiceView
 
 LOG = logging.getLogger("node_ipam_lb.reconciler")
 
@@ -89,6 +91,20 @@ class Reconciler:
         self._lock = threading.Lock()
         self._written: dict[str, tuple[str | None, tuple[dict[str, str], ...]]] = {}
         self._errors: dict[str, str] = {}
+
+    def is_own_write(self, old: ServiceView | None, new: ServiceView) -> bool:
+        """True when ``new`` differs from ``old`` only by the status this reconciler last
+        wrote (plus ``resourceVersion``): the watch echo of our own PATCH, which needs no
+        reconcile (nothing an input of the Selection holds has changed)."""
+        if old is None:
+            return False
+        with self._lock:
+            written = self._written.get(service_key(new.namespace, new.name))
+        if written is None or ingress_differs(written[1], new.ingress):
+            return False
+        return dataclasses.replace(old, ingress=None, resource_version=None) == (
+            dataclasses.replace(new, ingress=None, resource_version=None)
+        )
 
     def reconcile(self, key: str) -> float | None:
         """Bring Service ``key`` (``namespace/name``) to its desired status.

@@ -249,3 +249,26 @@ def test_not_ready_grace_period_asks_for_a_recheck() -> None:
     world.apply("services", service("web"))
     delay = world.reconcile("default/web")
     assert delay == pytest.approx(30, abs=1)
+
+
+def test_the_watch_echo_of_our_own_write_needs_no_reconcile(world: World) -> None:
+    world.apply("services", service("web"))
+    before = world.cache.service("default", "web")
+    world.reconcile("default/web")
+    echo = world.cache.service("default", "web")
+    assert before is not None and echo is not None
+    assert world.reconciler.is_own_write(before, echo)
+
+    tampered = service("web", ingress=["192.0.2.1"])
+    world.apply("services", tampered)
+    changed = world.cache.service("default", "web")
+    assert changed is not None
+    assert not world.reconciler.is_own_write(echo, changed), "someone else's status is fixed"
+
+    relabelled = service(
+        "web", selector="kubernetes.io/hostname=worker-1", ingress=["10.0.0.1", "10.0.0.2"]
+    )
+    world.apply("services", relabelled)
+    spec_change = world.cache.service("default", "web")
+    assert spec_change is not None
+    assert not world.reconciler.is_own_write(echo, spec_change), "a spec change is reconciled"
