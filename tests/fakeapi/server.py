@@ -66,7 +66,9 @@ class FakeApiServer:
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> Self:
         """Bind, serve in a daemon thread, and return once requests are accepted (< 1 s)."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto is
+        # IPPROTO_TCP; with proto 0, Nagle + delayed ACK add ~40 ms to every keep-alive request.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self._host, self._port))
         self._port = sock.getsockname()[1]
