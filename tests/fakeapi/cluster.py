@@ -57,6 +57,12 @@ def _spec_part(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
 
 
+def _copy(obj: Obj) -> Obj:
+    """A deep copy of a JSON object (faster than ``copy.deepcopy`` for plain JSON)."""
+    result: Obj = json.loads(json.dumps(obj))
+    return result
+
+
 def _loads(entry: Entry) -> Obj:
     result: Obj = json.loads(entry.raw)
     return result
@@ -179,7 +185,7 @@ class Cluster:
     ) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of the request was not a {res.kind} object")
-        obj = copy.deepcopy(body)
+        obj = _copy(body)
         if obj.get("kind", res.kind) != res.kind or obj.get("apiVersion", res.api_version) != (
             res.api_version
         ):

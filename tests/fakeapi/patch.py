@@ -45,6 +45,7 @@ def _resolve(schema: Schema | None) -> Schema | None:
     return schema
 
 
+@functools.cache
 def kind_schema(api_version: str, kind: str) -> Schema | None:
     """The OpenAPI definition of ``kind`` in ``api_version`` (``None`` when unknown)."""
     group, _, version = api_version.rpartition("/")

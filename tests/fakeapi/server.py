@@ -59,6 +59,7 @@ class FakeApiServer:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="fakeapi-")
         self.url = ""
         self.kubeconfig_path = Path(self._tmp.name) / "kubeconfig"
@@ -85,14 +86,24 @@ class FakeApiServer:
         self._server = uvicorn.Server(config)
         ready = threading.Event()
 
+        server = self._server
+
+        async def serve() -> None:
+            # uvicorn's own main loop polls for shutdown every 0.1 s; an event stops at once.
+            config.load()
+            server.lifespan = config.lifespan_class(config)
+            self._stop_event = asyncio.Event()
+            await server.startup(sockets=[sock])
+            await self._stop_event.wait()
+            await server.shutdown(sockets=[sock])
+
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
             self.cluster.store.loop = loop
             self.cluster.store.loop_thread = threading.get_ident()
             ready.set()
-            assert self._server is not None
-            loop.run_until_complete(self._server.serve(sockets=[sock]))
+            loop.run_until_complete(serve())
             loop.close()
 
         self._thread = threading.Thread(target=run, name="fakeapi", daemon=True)
@@ -111,7 +122,9 @@ class FakeApiServer:
             return
         if self._thread.is_alive():
             self.call(self.cluster.store.drop_watches)
-        self._server.should_exit = True
+            stop_event = self._stop_event
+            if stop_event is not None:
+                self.call(stop_event.set)
         self._thread.join(5)
         self._server = None
         self._tmp.cleanup()

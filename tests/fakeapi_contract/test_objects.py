@@ -1,0 +1,330 @@
+"""Object lifecycle through the official client: metadata, versions, conflicts, errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client import ApiException
+
+from tests.fakeapi import FakeApiServer
+
+
+def _status(err: ApiException) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(err.body)
+    return body
+
+
+def _node(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}, "spec": {}}
+
+
+def test_create_fills_uid_timestamp_generation_and_increasing_resource_version(
+    core: client.CoreV1Api,
+) -> None:
+    first = core.create_node(body=_node("a"))
+    second = core.create_node(body=_node("b"))
+    assert first.metadata.uid and first.metadata.uid != second.metadata.uid
+    assert first.metadata.creation_timestamp is not None
+    assert first.metadata.generation == 1
+    assert int(second.metadata.resource_version) > int(first.metadata.resource_version)
+
+
+def test_list_carries_kind_api_version_and_resource_version(
+    core: client.CoreV1Api, api: client.ApiClient
+) -> None:
+    core.create_node(body=_node("a"))
+    raw = json.loads(core.list_node(_preload_content=False).data)
+    assert (raw["kind"], raw["apiVersion"]) == ("NodeList", "v1")
+    assert int(raw["metadata"]["resourceVersion"]) >= 2
+    disc = client.DiscoveryV1Api(api)
+    slices = json.loads(disc.list_endpoint_slice_for_all_namespaces(_preload_content=False).data)
+    assert (slices["kind"], slices["apiVersion"]) == ("EndpointSliceList", "discovery.k8s.io/v1")
+
+
+def test_generate_name_appends_five_random_characters(core: client.CoreV1Api) -> None:
+    made = core.create_namespaced_service(
+        "default",
+        {"metadata": {"generateName": "web-"}, "spec": {"ports": [{"port": 80}]}},
+    )
+    assert made.metadata.name.startswith("web-") and len(made.metadata.name) == 9
+
+
+def test_create_twice_is_409_already_exists(core: client.CoreV1Api) -> None:
+    core.create_node(body=_node("a"))
+    with pytest.raises(ApiException) as err:
+        core.create_node(body=_node("a"))
+    status = _status(err.value)
+    assert (err.value.status, status["reason"]) == (409, "AlreadyExists")
+    assert status["message"] == 'nodes "a" already exists'
+    assert status["details"] == {"name": "a", "kind": "nodes"}
+
+
+def test_get_missing_is_404_not_found_status(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as err:
+        core.read_namespaced_service("nope", "default")
+    status = _status(err.value)
+    assert status == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'services "nope" not found',
+        "reason": "NotFound",
+        "details": {"name": "nope", "kind": "services"},
+        "code": 404,
+    }
+
+
+def test_object_in_missing_namespace_is_404_namespace_not_found(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_service(
+            "ghost", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 1}]}}
+        )
+    assert err.value.status == 404
+    assert _status(err.value)["message"] == 'namespaces "ghost" not found'
+
+
+def test_default_and_kube_system_namespaces_pre_exist(core: client.CoreV1Api) -> None:
+    names = {ns.metadata.name for ns in core.list_namespace().items}
+    assert {"default", "kube-system"} <= names
+
+
+def test_update_with_stale_resource_version_is_409_conflict(core: client.CoreV1Api) -> None:
+    node = core.create_node(body=_node("a"))
+    core.patch_node("a", {"metadata": {"labels": {"x": "1"}}})
+    node.metadata.labels = {"x": "2"}
+    with pytest.raises(ApiException) as err:
+        core.replace_node("a", node)
+    status = _status(err.value)
+    assert (err.value.status, status["reason"]) == (409, "Conflict")
+    assert status["message"] == (
+        'Operation cannot be fulfilled on nodes "a": the object has been modified; please '
+        "apply your changes to the latest version and try again"
+    )
+
+
+def test_update_with_current_resource_version_succeeds(core: client.CoreV1Api) -> None:
+    node = core.create_node(body=_node("a"))
+    node.metadata.labels = {"x": "2"}
+    updated = core.replace_node("a", node)
+    assert updated.metadata.labels == {"x": "2"}
+    assert int(updated.metadata.resource_version) > int(node.metadata.resource_version)
+
+
+def test_generation_bumps_on_spec_change_only(core: client.CoreV1Api) -> None:
+    core.create_node(body=_node("a"))
+    labelled = core.patch_node("a", {"metadata": {"labels": {"x": "1"}}})
+    status_written = core.patch_node_status("a", {"status": {"phase": "Running"}})
+    spec_changed = core.patch_node("a", {"spec": {"unschedulable": True}})
+    assert (labelled.metadata.generation, status_written.metadata.generation) == (1, 1)
+    assert spec_changed.metadata.generation == 2
+
+
+def test_no_op_write_keeps_resource_version(core: client.CoreV1Api) -> None:
+    node = core.create_node(body=_node("a", x="1"))
+    again = core.patch_node("a", {"metadata": {"labels": {"x": "1"}}})
+    assert again.metadata.resource_version == node.metadata.resource_version
+
+
+def test_main_resource_write_never_changes_status(core: client.CoreV1Api) -> None:
+    core.create_namespaced_service(
+        "default",
+        {"metadata": {"name": "s"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}},
+    )
+    core.patch_namespaced_service_status(
+        "s", "default", {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}}
+    )
+    after = core.patch_namespaced_service(
+        "s", "default", {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.99"}]}}}
+    )
+    assert [i.ip for i in after.status.load_balancer.ingress] == ["192.0.2.1"]
+
+
+def test_status_write_changes_only_status(core: client.CoreV1Api) -> None:
+    core.create_node(body=_node("a", keep="yes"))
+    after = core.patch_node_status(
+        "a",
+        {
+            "metadata": {"labels": {"keep": "no"}},
+            "spec": {"unschedulable": True},
+            "status": {"phase": "x"},
+        },
+    )
+    assert after.metadata.labels == {"keep": "yes"}
+    assert after.spec.unschedulable is None
+    assert after.status.phase == "x"
+
+
+def test_create_keeps_node_status_but_resets_service_status(core: client.CoreV1Api) -> None:
+    node = core.create_node(
+        body={
+            "metadata": {"name": "a"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]},
+        }
+    )
+    svc = core.create_namespaced_service(
+        "default",
+        {
+            "metadata": {"name": "s"},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}},
+        },
+    )
+    assert node.status.addresses[0].address == "10.0.0.1"
+    assert svc.status.load_balancer.ingress is None
+
+
+def test_delete_with_finalizer_sets_deletion_timestamp_until_finalizers_removed(
+    core: client.CoreV1Api,
+) -> None:
+    core.create_namespaced_secret(
+        "default", {"metadata": {"name": "s", "finalizers": ["example.com/keep"]}}
+    )
+    core.delete_namespaced_secret("s", "default")
+    pending = core.read_namespaced_secret("s", "default")
+    assert pending.metadata.deletion_timestamp is not None
+    core.patch_namespaced_secret("s", "default", {"metadata": {"finalizers": None}})
+    with pytest.raises(ApiException) as err:
+        core.read_namespaced_secret("s", "default")
+    assert err.value.status == 404
+
+
+def test_no_new_finalizers_on_an_object_being_deleted(core: client.CoreV1Api) -> None:
+    core.create_namespaced_secret("default", {"metadata": {"name": "s", "finalizers": ["a/b"]}})
+    core.delete_namespaced_secret("s", "default")
+    with pytest.raises(ApiException) as err:
+        core.patch_namespaced_secret("s", "default", {"metadata": {"finalizers": ["a/b", "c/d"]}})
+    assert err.value.status == 422
+    assert "no new finalizers can be added if the object is being deleted" in err.value.body
+
+
+def test_delete_precondition_on_resource_version_is_409(core: client.CoreV1Api) -> None:
+    core.create_node(body=_node("a"))
+    with pytest.raises(ApiException) as err:
+        core.delete_node("a", body={"preconditions": {"resourceVersion": "1"}})
+    assert err.value.status == 409
+    assert "does not match the ResourceVersion in record" in _status(err.value)["message"]
+
+
+def test_dry_run_all_stores_nothing(core: client.CoreV1Api, fake_api: FakeApiServer) -> None:
+    made = core.create_node(body=_node("a"), dry_run="All")
+    assert made.metadata.name == "a"
+    assert fake_api.get("nodes", "a") is None
+
+
+def test_namespace_delete_removes_its_objects(
+    core: client.CoreV1Api, fake_api: FakeApiServer
+) -> None:
+    core.create_namespace({"metadata": {"name": "team"}})
+    core.create_namespaced_secret("team", {"metadata": {"name": "s"}})
+    core.delete_namespace("team")
+    assert fake_api.get("secrets", "s", "team") is None
+    assert fake_api.get("namespaces", "team") is None
+
+
+def test_coordination_lease_round_trip(api: client.ApiClient) -> None:
+    leases = client.CoordinationV1Api(api)
+    made = leases.create_namespaced_lease(
+        "kube-system",
+        {"metadata": {"name": "lock"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}},
+    )
+    made.spec.holder_identity = "b"
+    replaced = leases.replace_namespaced_lease("lock", "kube-system", made)
+    assert replaced.spec.holder_identity == "b"
+    with pytest.raises(ApiException) as err:
+        leases.replace_namespaced_lease("lock", "kube-system", made)
+    assert err.value.status == 409
+
+
+def test_events_in_both_groups(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    events = client.EventsV1Api(api)
+    core.create_namespaced_event(
+        "default",
+        {
+            "metadata": {"name": "e1"},
+            "involvedObject": {"kind": "Service", "name": "s"},
+            "reason": "R",
+        },
+    )
+    events.create_namespaced_event(
+        "default",
+        {
+            "metadata": {"name": "e2"},
+            "eventTime": "2024-01-01T00:00:00.000000Z",
+            "reportingController": "example.io/x",
+            "reportingInstance": "x-1",
+            "action": "Assign",
+            "reason": "IPsAssigned",
+            "type": "Normal",
+            "regarding": {"kind": "Service", "name": "s", "namespace": "default"},
+        },
+    )
+    assert [e.reason for e in core.list_namespaced_event("default").items] == ["R"]
+    assert [e.reason for e in events.list_namespaced_event("default").items] == ["IPsAssigned"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "code"),
+    [
+        ("GET", "/api/v1/pods", 404),
+        ("GET", "/apis/apps/v1/deployments", 404),
+        ("GET", "/api/v1/namespaces/default/services/s/proxy", 404),
+        ("GET", "/openapi/v2", 404),
+        ("DELETE", "/api/v1/namespaces/default/services", 405),
+        ("GET", "/apis/authentication.k8s.io/v1/tokenreviews", 405),
+        ("PATCH", "/api/v1/namespaces/default/services/s", 415),
+    ],
+    ids=[
+        "unserved resource",
+        "unserved group",
+        "unserved subresource",
+        "openapi v2",
+        "deletecollection",
+        "list tokenreviews",
+        "server-side apply",
+    ],
+)
+def test_unimplemented_answers_status_not_fake_success(
+    api: client.ApiClient, core: client.CoreV1Api, method: str, path: str, code: int
+) -> None:
+    core.create_namespaced_service(
+        "default", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 1}]}}
+    )
+    headers = {"Content-Type": "application/apply-patch+yaml"} if method == "PATCH" else {}
+    resp = api.rest_client.pool_manager.request(
+        method,
+        api.configuration.host + path,
+        body=b"{}" if method == "PATCH" else None,
+        headers=headers,
+    )
+    body = json.loads(resp.data)
+    assert (resp.status, body["kind"], body["status"], body["code"]) == (
+        code,
+        "Status",
+        "Failure",
+        code,
+    )
+
+
+def test_strict_field_validation_rejects_unknown_fields_and_default_drops_them(
+    api: client.ApiClient,
+) -> None:
+    url = api.configuration.host + "/api/v1/namespaces/default/services"
+    body = json.dumps({"metadata": {"name": "s"}, "spec": {"ports": [{"port": 1}], "bogus": 1}})
+    pool = api.rest_client.pool_manager
+    strict = pool.request(
+        "POST",
+        url + "?fieldValidation=Strict",
+        body=body,
+        headers={"Content-Type": "application/json"},
+    )
+    warned = pool.request("POST", url, body=body, headers={"Content-Type": "application/json"})
+    assert strict.status == 400
+    assert json.loads(strict.data)["message"] == 'strict decoding error: unknown field "spec.bogus"'
+    assert warned.status == 201
+    assert warned.headers["Warning"] == '299 - "unknown field \\"spec.bogus\\""'
+    assert "bogus" not in json.loads(warned.data)["spec"]
