@@ -27,7 +27,7 @@ AuthMode = Literal["kubernetes", "none"]
 
 @dataclass(frozen=True, slots=True)
 class SelectionSettings:
-    """The settings the pure selection core reads (DESIGN.md §2–§4).
+    """The settings the pure selection core reads (DESIGN.md §2-§4).
 
     Raises:
         ValueError: ``default_lb_service_ipam`` is not one of ``lbipam``, ``nodeipam``,
@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     cert_renew_before_seconds: float = Field(default=90 * 86400.0, gt=0)
     cert_check_interval_seconds: float = Field(default=30.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Benchmark only (bench/bench_churn.py), no flag: model Cilium's policy (every Node event
+    # enqueues every managed Service; a status write on every reconcile) for comparison.
+    cilium_compat_fanout: bool = False
 
     def selection(self) -> SelectionSettings:
         """Return the pure :class:`SelectionSettings` view of these settings."""

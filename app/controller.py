@@ -134,6 +134,7 @@ class Controller:
             settings=self._selection,
             is_leader=self.is_leader,
             wall_clock=wall_clock,
+            always_write=settings.cilium_compat_fanout,  # benchmark only (bench/README.md)
         )
         annotation = self._selection.match_node_labels_annotation
         views: dict[Kind, Callable[..., Any]] = {
@@ -258,6 +259,9 @@ class Controller:
             with self._lock:
                 managed_services = list(self._managed.values())
             for _, old, new in changes:
+                if self.settings.cilium_compat_fanout:  # benchmark only (bench/README.md)
+                    self._enqueue(service_key(s.namespace, s.name) for s in managed_services)
+                    continue
                 self._enqueue(
                     services_for_node_change(
                         old=old, new=new, managed=managed_services, cache=self.cache

@@ -81,7 +81,11 @@ class Reconciler:
         settings: SelectionSettings,
         is_leader: Callable[[], bool],
         wall_clock: Callable[[], float] = time.time,
+        always_write: bool = False,
     ) -> None:
+        # always_write: benchmark only (bench/README.md), Cilium's status write on every
+        # reconcile, own-write echoes reconciled again; never set in production.
+        self._always_write = always_write
         self._cache = cache
         self._api = api
         self._recorder = recorder
@@ -96,7 +100,7 @@ class Reconciler:
         """True when ``new`` differs from ``old`` only by the status this reconciler last
         wrote (plus ``resourceVersion``): the watch echo of our own PATCH, which needs no
         reconcile (nothing an input of the Selection holds has changed)."""
-        if old is None:
+        if old is None or self._always_write:
             return False
         with self._lock:
             written = self._written.get(service_key(new.namespace, new.name))
@@ -132,10 +136,10 @@ class Reconciler:
         with self._lock:
             self._errors.pop(key, None)
         wrote = False
-        if ingress_differs(selection.ingress, service.ingress):
+        if self._always_write or ingress_differs(selection.ingress, service.ingress):
             with self._lock:
                 repeat = self._written.get(key) == (service.resource_version, selection.ingress)
-            if not repeat:
+            if self._always_write or not repeat:
                 wrote = self._write(key, service.resource_version, selection)
                 if not wrote:
                     return None
