@@ -170,12 +170,7 @@ class KubernetesAPI:
 
     def read_lease(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         """See :meth:`KubeAPI.read_lease`."""
-        try:
-            return self._json("GET", _lease_path(namespace, name))
-        except ApiError as err:
-            if err.status == 404:
-                return None
-            raise
+        return self._json_or_none("GET", _lease_path(namespace, name))
 
     def create_lease(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         """See :meth:`KubeAPI.create_lease`."""
