@@ -1,0 +1,43 @@
+"""Run the fake API server (``tests/fakeapi``) seeded from a JSON file, in its own process.
+
+``python -m bench.fakeapi_proc --seed-json FILE [--port PORT]``: loads ``{"items": [...]}``
+with ``json.load`` (the fake API's own ``--seed`` reads YAML, which takes minutes for the
+16,000 objects of the cold-start cluster), then serves on 127.0.0.1 and prints the URL.
+Running it apart from the benchmark driver and from ``serve`` lets the benchmarks read its
+CPU time from ``/proc`` separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+
+from tests.fakeapi.server import FakeApiServer
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Seed, serve until SIGTERM/SIGINT, exit 0."""
+    parser = argparse.ArgumentParser(prog="python -m bench.fakeapi_proc")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--seed-json", required=True, metavar="FILE")
+    args = parser.parse_args(argv)
+    with open(args.seed_json, encoding="utf-8") as handle:
+        objects = json.load(handle)["items"]
+    server = FakeApiServer(port=args.port)
+    server.seed(objects)
+    del objects
+    server.start()
+    print(server.url, flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,290 @@
+"""Process runners and measurements for the benchmarks (loopback only).
+
+- :class:`Process`: a child process with its CPU time (``utime + stime`` from
+  ``/proc/PID/stat``) and peak RSS (``VmHWM`` from ``/proc/PID/status``).
+- :func:`start_fakeapi`: the fake Kubernetes API (``tests/fakeapi``) in its own process,
+  seeded from a JSON file, with a client for its ``/_fake/requests`` counters.
+- :func:`start_serve`: ``node-ipam-lb serve`` against it over TLS (a throw-away CA), with
+  a client for ``/readyz`` and ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.tls import write_dev_certs
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+ROOT = Path(__file__).resolve().parent.parent
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- name: bench
+  cluster:
+    server: {url}
+users:
+- name: bench
+  user:
+    token: bench-token
+contexts:
+- name: bench
+  context: {{cluster: bench, user: bench, namespace: default}}
+current-context: bench
+"""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for(
+    predicate: Callable[[], bool], *, timeout: float, interval: float = 0.05, what: str
+) -> float:
+    """Poll ``predicate`` until true; return the monotonic time it first held.
+
+    Raises:
+        TimeoutError: naming ``what`` after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Process:
+    """A child process started by a benchmark; ``log`` holds its stdout+stderr."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        argv: Sequence[str],
+        log: Path,
+        env: Mapping[str, str],
+        capture_stdout: bool = False,
+    ) -> None:
+        self.name = name
+        self.log = log
+        self._log_file = log.open("wb")
+        self.started = time.monotonic()
+        self.popen = subprocess.Popen(
+            list(argv),
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE if capture_stdout else self._log_file,
+            stderr=self._log_file,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the process so far, in seconds."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def memory_mb(self, field: str = "VmHWM") -> float:
+        """``VmHWM`` (peak RSS) or ``VmRSS`` of the process, in MiB."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+        raise ValueError(f"{field} not in /proc/{self.pid}/status")
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of the process log (for failure messages)."""
+        self._log_file.flush()
+        text = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM, wait up to ``timeout`` seconds, then SIGKILL (this process only)."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
+        self._log_file.close()
+
+
+class FakeApi:
+    """The fake API process and an HTTP client for it."""
+
+    def __init__(self, process: Process, url: str, kubeconfig: Path) -> None:
+        self.process = process
+        self.url = url
+        self.kubeconfig = kubeconfig
+        self.http = httpx.Client(base_url=url, timeout=60.0)
+
+    def requests(self) -> dict[str, int]:
+        """The request counters (``{"patch services/status": 3, ...}``)."""
+        counters: dict[str, int] = self.http.get("/_fake/requests").json()
+        return counters
+
+    def count(self, key: str) -> int:
+        return self.requests().get(key, 0)
+
+    def list_all(self, path: str, *, limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every item of the collection at ``path`` in pages of ``limit`` (like the informer);
+        returns ``(items, resourceVersion)``."""
+        items: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": limit}
+        while True:
+            body = self.http.get(path, params=params).json()
+            items.extend(body["items"])
+            token = body["metadata"].get("continue")
+            if not token:
+                return items, str(body["metadata"]["resourceVersion"])
+            params = {"limit": limit, "continue": token}
+
+    def patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """JSON merge patch of the object at ``path``; raises on an HTTP error."""
+        response = self.http.patch(
+            path,
+            content=json.dumps(body),
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    def stop(self) -> None:
+        self.http.close()
+        self.process.stop()
+
+
+def python(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+def start_fakeapi(*, objects: list[dict[str, Any]], workdir: Path) -> FakeApi:
+    """Seed a fake API process with ``objects`` and wait until it serves (≤ 120 s).
+
+    Raises:
+        RuntimeError: it exited or printed no URL; the message holds its log tail.
+    """
+    seed = workdir / "seed.json"
+    seed.write_text(json.dumps({"items": objects}))
+    process = Process(
+        name="fakeapi",
+        argv=python("-m", "bench.fakeapi_proc", "--seed-json", str(seed)),
+        log=workdir / "fakeapi.log",
+        env={},
+        capture_stdout=True,
+    )
+    assert process.popen.stdout is not None
+    url = process.popen.stdout.readline().decode().strip()
+    if not url.startswith("http://"):
+        process.stop()
+        raise RuntimeError(f"fake API did not start:\n{process.tail()}")
+    kubeconfig = workdir / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG.format(url=url))
+    return FakeApi(process, url, kubeconfig)
+
+
+class Serve:
+    """A ``node-ipam-lb serve`` process and an HTTPS client for it."""
+
+    def __init__(self, process: Process, port: int, ca: Path) -> None:
+        self.process = process
+        self.port = port
+        self.url = f"https://127.0.0.1:{port}"
+        self.http = httpx.Client(base_url=self.url, verify=str(ca), timeout=30.0)
+
+    def ready(self) -> bool:
+        """``/readyz`` answers 200 (caches synced)."""
+        if not self.process.alive():
+            raise RuntimeError(f"serve exited:\n{self.process.tail()}")
+        try:
+            return self.http.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def metrics(self) -> dict[str, float]:
+        """Samples of ``/metrics`` summed over labels, by sample name."""
+        totals: dict[str, float] = {}
+        text = self.http.get("/metrics").text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+        return totals
+
+    def reconciles(self) -> int:
+        """``controller_runtime_reconcile_total`` summed over results."""
+        return int(self.metrics().get("controller_runtime_reconcile_total", 0))
+
+    def stop(self) -> None:
+        self.http.close()
+        self.process.stop()
+
+
+def tls_files(workdir: Path) -> tuple[Path, Path, Path]:
+    """A throw-away CA and serving certificate for 127.0.0.1: ``(ca, cert, key)``."""
+    certs = workdir / "certs"
+    write_dev_certs(out_dir=certs, dns_names=["127.0.0.1", "localhost"])
+    return certs / "ca.crt", certs / "tls.crt", certs / "tls.key"
+
+
+def start_serve(
+    *,
+    kubeconfig: Path,
+    workdir: Path,
+    env: Mapping[str, str] | None = None,
+    flags: Sequence[str] = (),
+    name: str = "serve",
+) -> Serve:
+    """Start ``node-ipam-lb serve`` (no leader election, ``--auth none``) on a free port.
+
+    Returns at once; use :meth:`Serve.ready` to wait for the synced cache.
+    """
+    ca, cert, key = tls_files(workdir)
+    port = free_port()
+    argv = python(
+        "-c",
+        "from app.cli import main; main()",
+        "serve",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--bind-address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--tls-cert-file",
+        str(cert),
+        "--tls-private-key-file",
+        str(key),
+        "--no-leader-elect",
+        "--auth",
+        "none",
+        *flags,
+    )
+    process = Process(name=name, argv=argv, log=workdir / f"{name}.log", env=dict(env or {}))
+    return Serve(process, port, ca)
