@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 from kubernetes_validate.utils import latest_version
 
+from app.config import Settings
 from tests.deploy.render import (
     KUSTOMIZATIONS,
     NAMESPACE,
@@ -170,6 +171,22 @@ def test_failure_policies_are_justified_in_the_readme() -> None:
         (webhook,) = find(objects, kind, WEBHOOK_CONFIGURATION)["webhooks"]
         assert f"`{webhook['name']}`" in readme
         assert f"`failurePolicy: {webhook['failurePolicy']}`" in readme
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_every_setting_in_the_deployment_is_a_valid_setting(kustomization: str) -> None:
+    # pydantic-settings ignores unknown NODE_IPAM_* variables: a typo would silently turn
+    # a feature off, so every variable must name a Settings field and validate.
+    values = {}
+    for name, value in env(render(kustomization)).items():
+        if not name.startswith("NODE_IPAM_"):
+            continue
+        field = name.removeprefix("NODE_IPAM_").lower()
+        assert field in Settings.model_fields, f"{name} is not a setting"
+        values[field] = NAMESPACE if isinstance(value, dict) else value
+    settings = Settings.model_validate(values)
+    settings.selection()
+    assert settings.leader_election_namespace == NAMESPACE
 
 
 def test_default_nodeipam_overlay_sets_cilium_default_lb_service_ipam() -> None:
