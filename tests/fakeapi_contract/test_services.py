@@ -16,9 +16,10 @@ LB = {"type": "LoadBalancer", "ports": [{"port": 80}]}
 
 def _create(core: client.CoreV1Api, spec: dict[str, Any], name: str = "s") -> dict[str, Any]:
     core.create_namespaced_service("default", {"metadata": {"name": name}, "spec": spec})
-    return json.loads(core.read_namespaced_service(name, "default", _preload_content=False).data)
-
-    body = json.loads(err.body)
+    stored: dict[str, Any] = json.loads(
+        core.read_namespaced_service(name, "default", _preload_content=False).data
+    )
+    return stored
 
 
 @pytest.mark.parametrize(
@@ -93,8 +94,8 @@ def test_ip_mode_defaults_to_vip_on_ingress_with_ip(core: client.CoreV1Api) -> N
     [
         (
             [{"ip": "not-an-ip"}],
-            'Service "s" is invalid: status.loadBalancer.ingress[0].ip: Invalid value: "not-an-ip": '
-            "must be a valid IP address",
+            'Service "s" is invalid: status.loadBalancer.ingress[0].ip: Invalid value: '
+            '"not-an-ip": must be a valid IP address',
         ),
         (
             [{"hostname": "x", "ipMode": "VIP"}],
@@ -140,13 +141,14 @@ def test_garbage_status_is_422_and_not_stored(
         (
             {**LB, "loadBalancerClass": "io.cilium/node"},
             {"spec": {"loadBalancerClass": None}},
-            'Service "s" is invalid: spec.loadBalancerClass: Invalid value: "null": may not change once set',
+            'Service "s" is invalid: spec.loadBalancerClass: Invalid value: "null": '
+            "may not change once set",
         ),
         (
             {"ports": [{"port": 80}]},
             {"spec": {"loadBalancerClass": "io.cilium/node"}},
-            'Service "s" is invalid: spec.loadBalancerClass: Forbidden: may only be used when `type` '
-            "is 'LoadBalancer'",
+            'Service "s" is invalid: spec.loadBalancerClass: Forbidden: may only be used when '
+            "`type` is 'LoadBalancer'",
         ),
     ],
     ids=[
