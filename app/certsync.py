@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from app import metrics
 from app.certmanager import (
     CA_CERT,
     CertificateError,
@@ -167,6 +168,16 @@ class CertSync:
             action=decision.action,
             secret=f"{policy.namespace}/{policy.secret_name}",
         )
+        try:
+            written = self._store(data, secret=secret)
+        except ApiError:
+            metrics.CERTIFICATE_WRITES.labels(decision.action, "error").inc()
+            raise
+        metrics.CERTIFICATE_WRITES.labels(decision.action, "success").inc()
+        return written
+
+    def _store(self, data: dict[str, str], *, secret: dict[str, Any] | None) -> dict[str, Any]:
+        policy = self.policy
         if secret is None:
             body = {
                 "apiVersion": "v1",
@@ -197,8 +208,11 @@ class CertSync:
         if _read(self.cert_file) == pair.cert_pem and _read(self.key_file) == pair.key_pem:
             return False
         write_key_pair(pair, cert_path=self.cert_file, key_path=self.key_file)
-        expiry = pair.certificate.not_valid_after_utc.isoformat()
-        log_event(LOG, "serving certificate written", file=str(self.cert_file), expires=expiry)
+        expiry = pair.certificate.not_valid_after_utc
+        metrics.CERTIFICATE_EXPIRY.set(expiry.timestamp())
+        log_event(
+            LOG, "serving certificate written", file=str(self.cert_file), expires=expiry.isoformat()
+        )
         return True
 
     def inject_ca_bundle(self, secret: dict[str, Any]) -> int:
@@ -218,7 +232,12 @@ class CertSync:
                 continue
             ops = ca_bundle_patch(configuration, ca_bundle=ca_bundle)
             if ops:
-                self.api.patch_webhook_configuration(kind, name=name, patch=ops)
+                try:
+                    self.api.patch_webhook_configuration(kind, name=name, patch=ops)
+                except ApiError:
+                    metrics.CERTIFICATE_WRITES.labels("cabundle", "error").inc()
+                    raise
+                metrics.CERTIFICATE_WRITES.labels("cabundle", "success").inc()
                 log_event(LOG, "CA written into caBundle", configuration=f"{kind}/{name}")
                 patched += 1
         return patched
@@ -231,9 +250,11 @@ class CertSync:
         """
         leader = self.is_leader()
         secret = self.ensure_secret(writes="all" if leader else "none")
-        self.write_files(secret)
         if leader and secret is not None:
+            # caBundle first: after a CA rotation it must trust the new CA before any
+            # replica serves a certificate signed by it.
             self.inject_ca_bundle(secret)
+        self.write_files(secret)
 
     def bootstrap(
         self,

@@ -69,6 +69,18 @@ EVENTS_EMITTED = Counter(
     ["reason", "result"],
     registry=REGISTRY,
 )
+CERTIFICATE_EXPIRY = Gauge(
+    "node_ipam_lb_serving_certificate_expiry_timestamp_seconds",
+    "notAfter of the self-managed serving certificate this replica serves, in Unix seconds.",
+    registry=REGISTRY,
+)
+CERTIFICATE_WRITES = Counter(
+    "node_ipam_lb_certificate_writes",
+    "Writes of self-managed certificates, by action (create, renew, reissue, rotate,"
+    " replace, cabundle) and result (success, error).",
+    ["action", "result"],
+    registry=REGISTRY,
+)
 WEBHOOK_REQUESTS = Counter(
     "controller_runtime_webhook_requests",
     "Admission requests by webhook path and verdict (allowed, patched, denied, invalid).",

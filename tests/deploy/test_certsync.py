@@ -19,6 +19,7 @@ import pytest
 from app.certmanager import CA_CERT, TLS_CERT, read_ca
 from app.certsync import CertSync, CertSyncError
 from app.kube import KubernetesAPI
+from app.metrics import REGISTRY
 from app.tls import ReloadingContext, generate_serving_cert
 from tests.deploy.certdata import DAY, POLICY, b64, good_pair, secret
 from tests.deploy.render import WEBHOOK_CONFIGURATION, find, render
@@ -163,6 +164,12 @@ def test_certificate_close_to_expiry_is_renewed_and_served_without_restart(
     assert after != before
     assert after.not_valid_after_utc - datetime.datetime.now(datetime.UTC) > 29 * DAY
     assert read_ca(stored_secret(fake_api)["data"])[0] == ca, "renewal keeps the CA"
+    expiry = "node_ipam_lb_serving_certificate_expiry_timestamp_seconds"
+    assert REGISTRY.get_sample_value(expiry) == after.not_valid_after_utc.timestamp()
+    renewals = REGISTRY.get_sample_value(
+        "node_ipam_lb_certificate_writes_total", {"action": "renew", "result": "success"}
+    )
+    assert renewals is not None and renewals >= 1
 
 
 CORRUPT = [
