@@ -1,0 +1,176 @@
+"""kubectl against the fake API: get, apply, label, patch --subresource=status, delete, get -w."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from typing import Any
+
+from tests.fakeapi import FakeApiServer
+from tests.fakeapi_contract.conftest import Kubectl
+
+MANIFEST = """apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  annotations:
+    io.cilium.nodeipam/match-node-labels: "pool=edge"
+spec:
+  type: LoadBalancer
+  loadBalancerClass: io.cilium/node
+  ports:
+  - {port: 80, name: http}
+"""
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_get_lists_seeded_kind_cluster(kubectl: Kubectl, fake_api: FakeApiServer) -> None:
+    fake_api.seed(files=["tests/data/cases/kind-4node/cluster.yaml"])
+    nodes = _ok(kubectl("get", "nodes", "-o", "name")).split()
+    assert nodes == [
+        "node/kind-control-plane",
+        "node/kind-worker",
+        "node/kind-worker2",
+        "node/kind-worker3",
+    ]
+    table = _ok(kubectl("get", "services", "-A"))
+    assert table.splitlines()[0].split()[:2] == ["NAMESPACE", "NAME"]
+    assert "nginx-cluster" in table
+
+
+def test_apply_creates_then_patches_with_last_applied(
+    kubectl: Kubectl, fake_api: FakeApiServer
+) -> None:
+    assert _ok(kubectl("apply", "-f", "-", stdin=MANIFEST)).strip() == "service/web created"
+    changed = MANIFEST.replace(
+        "- {port: 80, name: http}", "- {port: 80, name: http}\n  - {port: 443, name: https}"
+    )
+    assert _ok(kubectl("apply", "-f", "-", stdin=changed)).strip() == "service/web configured"
+    assert _ok(kubectl("apply", "-f", "-", stdin=changed)).strip() == "service/web unchanged"
+    stored = fake_api.get("services", "web", "default")
+    assert stored is not None
+    assert [p["port"] for p in stored["spec"]["ports"]] == [80, 443]
+    assert "kubectl.kubernetes.io/last-applied-configuration" in stored["metadata"]["annotations"]
+    assert fake_api.requests()["patch services"] == 1
+
+
+def test_apply_strict_validation_rejects_unknown_fields(kubectl: Kubectl) -> None:
+    result = kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=MANIFEST.replace("type: LoadBalancer", "type: LoadBalancer\n  bogus: 1"),
+    )
+    assert result.returncode == 1
+    assert 'strict decoding error: unknown field "spec.bogus"' in result.stderr
+
+
+def test_apply_server_side_is_refused_honestly(kubectl: Kubectl) -> None:
+    result = kubectl("apply", "--server-side", "-f", "-", stdin=MANIFEST)
+    assert result.returncode == 1
+    assert "does not implement server-side apply" in result.stderr
+
+
+def test_label_and_selector(kubectl: Kubectl) -> None:
+    _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
+    assert _ok(kubectl("label", "service", "web", "tier=front")).strip() == "service/web labeled"
+    assert _ok(kubectl("get", "services", "-l", "tier=front", "-o", "name")).split() == [
+        "service/web"
+    ]
+    assert _ok(kubectl("get", "services", "-l", "tier!=front", "-o", "name")).split() == []
+
+
+def test_patch_status_subresource(kubectl: Kubectl, fake_api: FakeApiServer) -> None:
+    _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
+    fake_api.reset_requests()
+    patch = json.dumps({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}})
+    out = _ok(
+        kubectl(
+            "patch",
+            "service",
+            "web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            patch,
+            "-o",
+            "json",
+        )
+    )
+    assert json.loads(out)["status"]["loadBalancer"]["ingress"] == [
+        {"ip": "192.0.2.10", "ipMode": "VIP"}
+    ]
+    assert fake_api.requests().get("patch services/status") == 1
+    ingress = _ok(
+        kubectl("get", "service", "web", "-o", "jsonpath={.status.loadBalancer.ingress[*].ip}")
+    )
+    assert ingress == "192.0.2.10"
+
+
+def test_patch_invalid_class_change_shows_field_error(kubectl: Kubectl) -> None:
+    _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
+    result = kubectl(
+        "patch", "service", "web", "-p", '{"spec":{"loadBalancerClass":"example.com/x"}}'
+    )
+    assert result.returncode == 1
+    assert (
+        'The Service "web" is invalid: spec.loadBalancerClass: Invalid value: "example.com/x": '
+        "may not change once set" in result.stderr
+    )
+
+
+def test_delete(kubectl: Kubectl, fake_api: FakeApiServer) -> None:
+    _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
+    assert _ok(kubectl("delete", "service", "web")).strip() == 'service "web" deleted'
+    assert fake_api.get("services", "web", "default") is None
+    missing = kubectl("delete", "service", "web")
+    assert missing.returncode == 1
+    assert 'services "web" not found' in missing.stderr
+
+
+def _read_until(proc: subprocess.Popen[str], want: int, deadline: float) -> list[str]:
+    lines: list[str] = []
+    assert proc.stdout is not None
+    while len(lines) < want and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.strip())
+    return lines
+
+
+def test_get_watch_streams_changes(
+    kubectl: Kubectl, fake_api: FakeApiServer, tmp_path: Any
+) -> None:
+    _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
+    proc = subprocess.Popen(
+        [
+            "kubectl",
+            f"--kubeconfig={fake_api.kubeconfig_path}",
+            f"--cache-dir={tmp_path / 'watch-cache'}",
+            "get",
+            "services",
+            "-w",
+            "--output-watch-events",
+            "-o",
+            'jsonpath={.type} {.object.metadata.name} {.object.metadata.labels.tier}{"\\n"}',
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        first = _read_until(proc, 1, deadline)
+        _ok(kubectl("label", "service", "web", "tier=front"))
+        _ok(kubectl("delete", "service", "web"))
+        rest = _read_until(proc, 2, deadline)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=5)
+    assert first + rest == ["ADDED web", "MODIFIED web front", "DELETED web front"]
