@@ -27,6 +27,17 @@ class Request:
     namespace: str = ""  # "" for cluster-scoped objects and cluster-wide list/watch
     name: str = ""  # "" for create, list, watch
 
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Request:
+        """The request of one entry of the fake API's ``request_log()``."""
+        return cls(**{field: record[field] for field in cls.__slots__})
+
+    @property
+    def action(self) -> str:
+        """``verb resource[/subresource]``, e.g. ``patch services/status``."""
+        resource = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        return f"{self.verb} {resource}"
+
     def __str__(self) -> str:
         resource = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
         group = self.group or "core"
@@ -105,3 +116,7 @@ class Authorizer:
     def allows(self, request: Request) -> bool:
         """True when some bound rule allows ``request``."""
         return any(_rule_allows(rule, request) for rule in self.rules_for(request.namespace))
+
+    def denied(self, requests: Iterable[Request]) -> list[str]:
+        """The distinct ``requests`` these rules deny, as sorted sentences."""
+        return sorted({str(r) for r in requests if not self.allows(r)})

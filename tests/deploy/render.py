@@ -19,7 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 
 # Every kustomization an operator may apply as is.
-KUSTOMIZATIONS = ("deploy", "deploy/overlays/cert-manager", "deploy/overlays/default-nodeipam")
+KUSTOMIZATIONS = (
+    "deploy",
+    "deploy/overlays/cert-manager",
+    "deploy/overlays/default-nodeipam",
+    "deploy/overlays/precreated-secret",
+)
 
 NAMESPACE = "node-ipam-lb"
 SECRET_NAME = "node-ipam-lb-webhook-tls"

@@ -22,6 +22,7 @@ from app.kube import KubernetesAPI
 from app.metrics import REGISTRY
 from app.tls import ReloadingContext, generate_serving_cert
 from tests.deploy.certdata import DAY, POLICY, b64, good_pair, secret
+from tests.deploy.rbac import Authorizer, Request
 from tests.deploy.render import WEBHOOK_CONFIGURATION, find, render
 from tests.deploy.tlsprobe import OneShotServer, presented_certificate
 from tests.fakeapi.server import FakeApiServer
@@ -223,3 +224,21 @@ def test_unreachable_api_at_start_up_fails_with_the_reason_after_retrying(
         replica("pod-b").bootstrap(timeout=4, sleep=sleep, monotonic=lambda: now[0])
     assert sleeps == [0.5, 1.0, 2.0]
     assert fake_api.requests()["get secrets"] == 1 + 4
+
+
+def test_precreated_empty_secret_is_filled_without_create_permission(
+    fake_api: FakeApiServer, replica: Replica
+) -> None:
+    objects = render("deploy/overlays/precreated-secret")
+    fake_api.seed([find(objects, "Secret", NAME)])
+    seed_webhook_configurations(fake_api)
+    leader = replica("pod-a", leader=True)
+    leader.bootstrap(timeout=5)
+    leader.sync()
+    assert writes(fake_api, "create") == []
+    assert writes(fake_api, "update") == ["pod-a"]
+    stored = stored_secret(fake_api)
+    assert stored["type"] == "Opaque", "the type of a Secret cannot change"
+    assert leader.cert_file.read_bytes() == base64.b64decode(stored["data"][TLS_CERT])
+    auth = Authorizer.for_service_account(objects, namespace=NS, name="node-ipam-lb")
+    assert auth.denied(map(Request.from_record, fake_api.request_log())) == []

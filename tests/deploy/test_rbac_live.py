@@ -189,27 +189,12 @@ def assert_rbac_allows_every_request(
 ) -> set[str]:
     """Check the process's recorded requests against the rendered RBAC; return what it did."""
     auth = Authorizer.for_service_account(objects, namespace=NAMESPACE, name="node-ipam-lb")
-    seen: set[str] = set()
-    denied: list[str] = []
-    for record in fake_api.request_log():
-        if record["user_agent"] == TEST_AGENT:
-            continue
-        request = Request(
-            verb=record["verb"],
-            group=record["group"],
-            resource=record["resource"],
-            subresource=record["subresource"],
-            namespace=record["namespace"],
-            name=record["name"],
-        )
-        seen.add(
-            f"{request.verb} {request.resource}"
-            + (f"/{request.subresource}" if request.subresource else "")
-        )
-        if not auth.allows(request):
-            denied.append(str(request))
-    assert not denied, "the rendered RBAC would deny:\n" + "\n".join(sorted(set(denied)))
-    return seen
+    requests = [
+        Request.from_record(r) for r in fake_api.request_log() if r["user_agent"] != TEST_AGENT
+    ]
+    denied = auth.denied(requests)
+    assert not denied, "the rendered RBAC would deny:\n" + "\n".join(denied)
+    return {r.action for r in requests}
 
 
 def test_self_managed_install_works_with_only_the_rendered_permissions(

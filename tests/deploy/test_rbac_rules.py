@@ -123,3 +123,12 @@ def test_cert_manager_overlay_drops_every_certificate_permission() -> None:
             "validatingwebhookconfigurations",
         }
         assert auth.allows(request) is expected, name
+
+
+def test_precreated_secret_overlay_needs_no_secret_create() -> None:
+    auth = authorizer("deploy/overlays/precreated-secret")
+    assert not auth.allows(Request("create", "", "secrets", "", NS))
+    assert auth.allows(Request("get", "", "secrets", "", NS, SECRET_NAME))
+    assert auth.allows(Request("update", "", "secrets", "", NS, SECRET_NAME))
+    shipped = [o for o in render("deploy/overlays/precreated-secret") if o["kind"] == "Secret"]
+    assert [(s["metadata"]["name"], "data" in s) for s in shipped] == [(SECRET_NAME, False)]
