@@ -58,7 +58,7 @@ class WebhookFailure(Exception):
 
 
 def _matches_list(values: list[str] | None, want: str) -> bool:
-    return bool(values) and ("*" in values or want in (values or []))
+    return values is not None and ("*" in values or want in values)
 
 
 def _rule_matches(rule: Mapping[str, Any], a: Attributes) -> bool:

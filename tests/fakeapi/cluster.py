@@ -429,9 +429,9 @@ class Cluster:
                     "audiences": spec.get("audiences") or ["https://kubernetes.default.svc"],
                 }
             return obj
-        user = str(spec.get("user", ""))
+        username = str(spec.get("user", ""))
         attrs = spec.get("nonResourceAttributes") or {}
-        key = (user, str(attrs.get("verb", "")), str(attrs.get("path", "")))
+        key = (username, str(attrs.get("verb", "")), str(attrs.get("path", "")))
         if spec.get("nonResourceAttributes") and key in self.allowed_non_resource:
             obj["status"] = {"allowed": True, "reason": "allowed by the fake API access rules"}
         else:

@@ -62,7 +62,8 @@ def _prop(schema: Schema | None, key: str) -> Schema | None:
         return None
     props = schema.get("properties")
     if props and key in props:
-        return props[key]
+        found: Schema = props[key]
+        return found
     extra = schema.get("additionalProperties")
     return extra if isinstance(extra, dict) else None
 

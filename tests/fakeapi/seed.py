@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+# libyaml's C loader is ~10x faster on large dumps; same safe semantics.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def parse_documents(text: str, source: str) -> list[dict[str, Any]]:
-    """Objects in ``text``; ``*List`` documents are flattened.
+    """Objects in ``text`` (JSON, or YAML with libyaml when available); ``*List`` documents
+    are flattened.
 
     Raises :class:`ValueError` naming ``source`` when a document is not an object.
     """
     objects: list[dict[str, Any]] = []
+    docs: list[Any]
     try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as err:
+        if text.lstrip().startswith("{"):
+            docs = [json.loads(text)]
+        else:
+            docs = list(yaml.load_all(text, Loader=_LOADER))
+    except (ValueError, yaml.YAMLError) as err:
         raise ValueError(f"{source}: not YAML/JSON: {err}") from None
     for doc in docs:
         if doc is None:

@@ -9,7 +9,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -160,8 +160,8 @@ class FakeApiServer:
 
     # -- state -------------------------------------------------------------------------
     def seed(
-        self, objects: list[dict[str, Any]] | None = None, *, files: list[str] = ()
-    ) -> list[dict[str, Any]]:  # type: ignore[assignment]
+        self, objects: list[dict[str, Any]] | None = None, *, files: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
         """Store objects (and objects of kubectl dump ``files``) as they are, status kept."""
         everything = list(objects or []) + load_files(list(files))
         return self.call(lambda: self.cluster.seed(everything))
@@ -223,8 +223,8 @@ class FakeApiServer:
 
     # -- auth and webhooks -------------------------------------------------------------
     def add_token(
-        self, token: str, *, username: str, groups: list[str] = (), uid: str = ""
-    ) -> None:  # type: ignore[assignment]
+        self, token: str, *, username: str, groups: Sequence[str] = (), uid: str = ""
+    ) -> None:
         """Make TokenReview accept ``token`` as ``username`` (requests with it act as that user)."""
         user: dict[str, Any] = {"username": username, "groups": list(groups)}
         if uid:
