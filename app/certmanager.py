@@ -92,15 +92,6 @@ class CertPolicy:
 
 
 @dataclass(frozen=True, slots=True)
-class Material:
-    """A Secret's certificates, parsed: the signing CA, the whole bundle, the serving pair."""
-
-    ca: KeyPair
-    ca_bundle: bytes  # ca.crt as stored: the signing CA first, maybe the previous CA after it
-    serving: KeyPair
-
-
-@dataclass(frozen=True, slots=True)
 class Decision:
     """What to do with a Secret and why (a sentence for the log)."""
 
