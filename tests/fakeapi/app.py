@@ -156,6 +156,7 @@ class FakeApiApp:
                     namespace=target.namespace or "",
                     name=target.name,
                     user_agent=request.headers.get("user-agent", ""),
+                    user=self._user(request)["username"],
                     method=method,
                     path=path,
                 )
@@ -197,16 +198,20 @@ class FakeApiApp:
             raise _not_found_path()
         return _json(body)
 
-    def _context(self, request: Request) -> Context:
-        dry_run = request.query_params.getlist("dryRun")
-        if any(v != "All" for v in dry_run):
-            raise errors.bad_request(f"Invalid dry run value: {dry_run!r}; supported: All")
+    def _user(self, request: Request) -> dict[str, Any]:
+        """The user a request acts as: a configured bearer token's user, else the admin."""
         auth = request.headers.get("authorization", "")
         user = ADMIN
         if auth.lower().startswith("bearer "):
             user = self.cluster.tokens.get(auth[7:].strip(), ADMIN)
+        return dict(user)
+
+    def _context(self, request: Request) -> Context:
+        dry_run = request.query_params.getlist("dryRun")
+        if any(v != "All" for v in dry_run):
+            raise errors.bad_request(f"Invalid dry run value: {dry_run!r}; supported: All")
         return Context(
-            user=dict(user),
+            user=self._user(request),
             dry_run=bool(dry_run),
             field_validation=request.query_params.get("fieldValidation", ""),
         )

@@ -8,7 +8,7 @@
 - ``GET /_fake/requests`` -> ``{"patch services/status": 3, "list nodes": 1, ...}``;
   ``DELETE /_fake/requests`` resets counters and the log.
 - ``GET /_fake/log`` -> ``[{"verb", "group", "resource", "subresource", "namespace", "name",
-  "user_agent", "method", "path"}, ...]``.
+  "user_agent", "user", "method", "path"}, ...]``.
 - ``POST /_fake/seed``: a v1 List, one object or multi-document YAML -> ``{"seeded": N}``.
 - ``POST /_fake/tokens`` ``{"token", "user": {"username", "groups", "uid"}}``.
 - ``POST /_fake/access`` ``{"user", "verb", "path"}``: a nonResourceURL allow rule.

@@ -48,6 +48,7 @@ class RequestRecord:
     namespace: str
     name: str
     user_agent: str
+    user: str
     method: str
     path: str
 

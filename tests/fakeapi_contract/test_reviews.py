@@ -79,6 +79,7 @@ def test_requests_with_a_configured_token_act_as_that_user(
         headers={"Content-Type": "application/json", "Authorization": "Bearer tok"},
     )
     assert resp.status == 201
+    assert fake_api.request_log()[-1]["user"] == "alice"
 
 
 def test_reviews_are_create_only(api: client.ApiClient) -> None:
