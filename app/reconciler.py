@@ -14,8 +14,8 @@ cache therefore costs at most one redundant, identical write, or a write compute
 slightly old Nodes that the watch event still on its way corrects at once (it re-enqueues the
 Service). A precondition would turn every such case into a 409 + retry without making the
 result more correct. To avoid rewriting our own value while the watch has not yet delivered
-it, :class:`Reconciler` remembers ``(resourceVersion seen, ingress written)`` per Service and
-skips a write that repeats it against the same cached version.
+it, :class:`Reconciler` remembers ``(resourceVersion seen, ingress written)`` per Service and,
+while the cache still shows that version, compares against what it wrote instead.
 
 Errors: :class:`~app.kube.ApiError` from the PATCH propagates (the worker re-queues the key
 with backoff: 409 conflicts, 5xx, connection failures); 404 means the Service is gone: done.
@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from app import metrics
@@ -136,17 +136,25 @@ class Reconciler:
         with self._lock:
             self._errors.pop(key, None)
         wrote = False
-        if self._always_write or ingress_differs(selection.ingress, service.ingress):
-            with self._lock:
-                repeat = self._written.get(key) == (service.resource_version, selection.ingress)
-            if self._always_write or not repeat:
-                wrote = self._write(key, service.resource_version, selection)
-                if not wrote:
-                    return None
+        if self._always_write or ingress_differs(selection.ingress, self._stored(key, service)):
+            wrote = self._write(key, service.resource_version, selection)
+            if not wrote:
+                return None
         self._report(selection, wrote=wrote)
         if selection.recheck_at is None:
             return None
         return max(selection.recheck_at - now, 0.0)
+
+    def _stored(self, key: str, service: ServiceView) -> tuple[Mapping[str, Any], ...] | None:
+        """The ingress the API server holds as far as we know: what we last wrote while the
+        cache still shows the version we wrote over (its watch echo is on the way), else
+        the cached value. Comparing with the cache alone would lose an update when a later
+        change wants the old value back before the echo arrives."""
+        with self._lock:
+            written = self._written.get(key)
+        if written is not None and written[0] == service.resource_version:
+            return written[1]
+        return service.ingress
 
     def _write(self, key: str, version: str | None, selection: Selection) -> bool:
         assert selection.ingress is not None

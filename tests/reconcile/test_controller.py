@@ -129,3 +129,48 @@ def test_only_the_leader_writes_and_a_standby_takes_over(
     memory_api.apply("nodes", node("w1", internal=["10.0.0.7"]))
     wait_until(b.is_leader, timeout=3, what="b takes over")
     wait_until(converged(memory_api, "default/web", ["10.0.0.7"]), what="b writes")
+
+
+def test_liveness_fails_naming_the_watch_that_is_stuck(memory_api: MemoryAPI, start: Start) -> None:
+    controller = start(leader_elect=False, watch_timeout_seconds=5)
+    wait_until(controller.ready, what="synced")
+    assert controller.healthy() == (True, "ok")
+    nodes = next(i for i in controller.informers if i.kind == "nodes")
+    nodes.last_activity -= 1000  # as if the Node watch had hung for 1000 s
+    healthy, why = controller.healthy()
+    assert not healthy
+    assert "watch on nodes" in why
+
+
+def test_not_ready_before_the_first_full_list_of_all_three_kinds(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    memory_api.fail("list endpointslices", 503, 503, 503)
+    controller = start(leader_elect=False)
+    wait_until(lambda: controller.cache.kind_synced("nodes"), what="nodes listed")
+    wait_until(controller.ready, what="ready after EndpointSlices listed too")
+    assert memory_api.calls["list endpointslices"] == 4
+
+
+def test_prometheus_metrics_are_exposed(memory_api: MemoryAPI, start: Start) -> None:
+    from prometheus_client import generate_latest
+
+    from app.metrics import REGISTRY
+
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web"))
+    start(leader_elect=False)
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1"]), what="converged")
+    text = generate_latest(REGISTRY).decode()
+    for name in (
+        'controller_runtime_reconcile_total{controller="service-nodeipam",result="success"}',
+        "controller_runtime_reconcile_errors_total",
+        "controller_runtime_reconcile_time_seconds_bucket",
+        "workqueue_depth",
+        "workqueue_adds_total",
+        "workqueue_retries_total",
+        "leader_election_master_status",
+        "node_ipam_lb_managed_services 1.0",
+        'node_ipam_lb_status_writes_total{result="success"}',
+    ):
+        assert name in text, name

@@ -272,3 +272,15 @@ def test_the_watch_echo_of_our_own_write_needs_no_reconcile(world: World) -> Non
     spec_change = world.cache.service("default", "web")
     assert spec_change is not None
     assert not world.reconciler.is_own_write(echo, spec_change), "a spec change is reconciled"
+
+
+def test_a_change_back_before_our_write_is_seen_is_not_lost(world: World) -> None:
+    """Our write of [w2] is not in the cache yet when the endpoints move away: the cache
+    still says "no ingress", which equals the new desired value, but the server holds [w2]."""
+    world.apply("services", service("web", local=True))
+    world.apply("endpointslices", endpoint_slice("web", nodes=["worker-2"]))
+    world.reconciler.reconcile("default/web")  # the watch echo is not delivered
+    assert world.api.ingress("default/web") == ["10.0.0.2"]
+    world.apply("endpointslices", endpoint_slice("web", nodes=[]))
+    world.reconciler.reconcile("default/web")
+    assert world.api.ingress("default/web") == []
