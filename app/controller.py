@@ -109,6 +109,7 @@ class Controller:
         self._lock = threading.Lock()
         self._managed: dict[str, ServiceView] = {}
         self._enqueued_after_sync = False
+        self._term_enqueued = False
         self._adds = 0
         self._stopping = threading.Event()
         self._workers: list[threading.Thread] = []
@@ -124,7 +125,7 @@ class Controller:
                 lease_duration=settings.lease_duration_seconds,
                 renew_deadline=settings.renew_deadline_seconds,
                 retry_period=settings.retry_period_seconds,
-                on_started_leading=self._enqueue_all,
+                on_started_leading=self._on_started_leading,
                 wall_clock=wall_clock,
             )
         self.reconciler = Reconciler(
@@ -229,10 +230,19 @@ class Controller:
                 self._adds += 1
                 self.queue.add(key)
 
+    def _on_started_leading(self) -> None:
+        with self._lock:
+            self._term_enqueued = False
+        self._enqueue_all()
+
     def _enqueue_all(self) -> None:
-        if self.cache.synced and self.is_leader():
-            for service in self.cache.services():
-                self.queue.add(service_key(service.namespace, service.name))
+        """Enqueue every Service once per leadership term, as soon as the caches are synced."""
+        with self._lock:
+            if self._term_enqueued or not (self.cache.synced and self.is_leader()):
+                return
+            self._term_enqueued = True
+        for service in self.cache.services():
+            self.queue.add(service_key(service.namespace, service.name))
 
     def _on_changes(self, kind: Kind, changes: list[Change]) -> None:
         if kind == "services":

@@ -160,6 +160,10 @@ class Reconciler:
         assert selection.ingress is not None
         if not self._is_leader():
             return False  # lost the Lease since the key was taken: no write, ever
+        # Recorded before the request: the watch echo can be handled before the response.
+        with self._lock:
+            previous = self._written.get(key)
+            self._written[key] = (version, selection.ingress)
         try:
             self._api.patch_service_status(
                 namespace=selection.namespace,
@@ -167,6 +171,11 @@ class Reconciler:
                 patch=status_patch(selection.ingress),
             )
         except ApiError as err:
+            with self._lock:
+                if previous is None:
+                    self._written.pop(key, None)
+                else:
+                    self._written[key] = previous
             if err.status == 404:
                 metrics.STATUS_WRITES.labels("not_found").inc()
                 return False
@@ -181,8 +190,6 @@ class Reconciler:
             )
             raise
         metrics.STATUS_WRITES.labels("success").inc()
-        with self._lock:
-            self._written[key] = (version, selection.ingress)
         log_event(
             LOG,
             "status.loadBalancer.ingress written",
