@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.kube import Kind
+from app.selector import Selector
 from app.views import EndpointSliceView, NodeView, ServiceView
 
 KINDS: tuple[Kind, ...] = ("nodes", "services", "endpointslices")
@@ -39,6 +40,7 @@ class ClusterCache:
         self._slices_by_service: dict[str, dict[str, EndpointSliceView]] = {}
         self._synced: set[Kind] = set()
         self._nodes_snapshot: list[NodeView] | None = None
+        self._matching: dict[Selector, list[NodeView]] = {}
 
     @property
     def synced(self) -> bool:
@@ -58,6 +60,21 @@ class ClusterCache:
             if self._nodes_snapshot is None:
                 self._nodes_snapshot = list(self._stores["nodes"].values())
             return self._nodes_snapshot
+
+    def nodes_matching(self, selector: Selector) -> list[NodeView]:
+        """The Nodes whose labels ``selector`` matches, memoised per selector until the next
+        Node change (Services sharing a selector share one pass over the Nodes). Read-only,
+        like :meth:`nodes`."""
+        with self._lock:
+            hit = self._matching.get(selector)
+            if hit is not None:
+                return hit
+        snapshot = self.nodes()
+        matching = [node for node in snapshot if selector.matches(node.labels)]
+        with self._lock:
+            if self._nodes_snapshot is snapshot:
+                self._matching[selector] = matching
+        return matching
 
     def service(self, namespace: str, name: str) -> ServiceView | None:
         """The Service ``namespace/name``, or ``None`` when it is not (or no longer) known."""
@@ -119,6 +136,7 @@ class ClusterCache:
                     self._index_slice_locked(key, None, view)
             elif kind == "nodes":
                 self._nodes_snapshot = None
+                self._matching = {}
             self._synced.add(kind)
             return changes
 
@@ -127,6 +145,7 @@ class ClusterCache:
     ) -> None:
         if kind == "nodes":
             self._nodes_snapshot = None
+            self._matching = {}
         elif kind == "endpointslices":
             self._index_slice_locked(key, old, new)
 

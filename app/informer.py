@@ -115,22 +115,22 @@ class Informer:
         backoff = self._backoff_initial
         while not self._stop.is_set():
             self.last_activity = self._clock()
-            listed = False
+            listing = resource_version is None
             try:
-                if resource_version is None:
-                    resource_version = self._list()
-                    listed = True
-                resource_version, events = self._watch(resource_version)
+                version = self._list() if resource_version is None else resource_version
+                resource_version = version
+                resource_version, events = self._watch(version)
                 if events:
                     backoff = self._backoff_initial
                     continue
             except ApiError as err:
                 if err.status == 410:
-                    # Compacted: re-list at once, unless the version of a fresh list is
-                    # already too old (then back off like any failure).
+                    # Compacted: re-list at once, unless this attempt already listed (an
+                    # expired continue token, or a fresh list's version already too old):
+                    # then back off like any failure.
                     log_event(LOG, "resourceVersion expired, re-listing", kind=self.kind)
                     resource_version = None
-                    if not listed:
+                    if not listing:
                         continue
                 log_event(
                     LOG,

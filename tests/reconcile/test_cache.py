@@ -45,3 +45,16 @@ def test_node_list_is_rebuilt_after_a_node_change() -> None:
     cache.put("nodes", "b", node_view(node("b")))
     assert [n.name for n in cache.nodes()] == ["a", "b"]
     assert [n.name for n in first] == ["a"]
+
+
+def test_nodes_matching_a_selector_follow_label_changes() -> None:
+    from app.selector import parse
+
+    cache = ClusterCache()
+    cache.put("nodes", "a", node_view(node("a", labels={"pool": "edge"})))
+    cache.put("nodes", "b", node_view(node("b", labels={"pool": "core"})))
+    edge = parse("pool=edge")
+    assert [n.name for n in cache.nodes_matching(edge)] == ["a"]
+    assert cache.nodes_matching(edge) is cache.nodes_matching(edge), "memoised"
+    cache.put("nodes", "b", node_view(node("b", labels={"pool": "edge"})))
+    assert [n.name for n in cache.nodes_matching(edge)] == ["a", "b"]

@@ -137,3 +137,23 @@ def test_stop_is_prompt_while_a_watch_is_open(running: Running) -> None:
     informer.stop()
     informer.join(5)
     assert not informer.alive(), "stop() must interrupt the open watch"
+
+
+def test_a_list_answering_410_again_and_again_backs_off(api: MemoryAPI) -> None:
+    api.fail("list nodes", 410, 410, 410)
+    cache = ClusterCache()
+    informer = Informer(
+        kind="nodes",
+        api=api,
+        cache=cache,
+        to_view=node_view,
+        handler=Recorder(),
+        backoff_initial=0.01,
+    )
+    informer.start()
+    try:
+        wait_until(lambda: cache.kind_synced("nodes"), what="list after three 410s")
+        assert api.calls["list nodes"] == 4
+    finally:
+        informer.stop()
+        informer.join(5)
