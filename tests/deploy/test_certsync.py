@@ -18,6 +18,7 @@ import pytest
 
 from app.certmanager import CA_CERT, TLS_CERT, read_ca
 from app.certsync import CertSync, CertSyncError
+from app.config import Settings
 from app.kube import KubernetesAPI
 from app.metrics import REGISTRY
 from app.tls import ReloadingContext, generate_serving_cert
@@ -242,3 +243,23 @@ def test_precreated_empty_secret_is_filled_without_create_permission(
     assert leader.cert_file.read_bytes() == base64.b64decode(stored["data"][TLS_CERT])
     auth = Authorizer.for_service_account(objects, namespace=NS, name="node-ipam-lb")
     assert auth.denied(map(Request.from_record, fake_api.request_log())) == []
+
+
+def test_self_managed_mode_is_off_without_a_secret_name_and_needs_the_tls_files() -> None:
+    never: Callable[[], bool] = lambda: False  # noqa: E731
+    api: Any = object()
+    assert CertSync.from_settings(Settings(), api=api, is_leader=never) is None
+    with pytest.raises(ValueError, match="--cert-secret-name needs --tls-cert-file"):
+        CertSync.from_settings(Settings(cert_secret_name=NAME), api=api, is_leader=never)
+    with pytest.raises(ValueError, match="cert-renew-before: Invalid value"):
+        CertSync.from_settings(
+            Settings(
+                cert_secret_name=NAME,
+                tls_cert_file=Path("tls.crt"),
+                tls_private_key_file=Path("tls.key"),
+                cert_validity_seconds=60,
+                cert_renew_before_seconds=120,
+            ),
+            api=api,
+            is_leader=never,
+        )
