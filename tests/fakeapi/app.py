@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from tests.fakeapi import errors, openapi, resources, watch
+from tests.fakeapi import errors, openapi, resources, tables, watch
 from tests.fakeapi.admission import format_warning
 from tests.fakeapi.cluster import ADMIN, Cluster, Context
 from tests.fakeapi.control import control
@@ -24,9 +25,10 @@ from tests.fakeapi.errors import ApiError
 from tests.fakeapi.faults import Faults, RequestRecord
 from tests.fakeapi.resources import Resource
 from tests.fakeapi.selectors import parse_field_selector, parse_label_selector
-from tests.fakeapi.store import GoneError, dumps
+from tests.fakeapi.store import dumps
 
 JSON = "application/json"
+HOLD_LIMIT = 30.0  # seconds a held request waits at most for release()
 
 
 @dataclass
@@ -113,6 +115,19 @@ async def _body(request: Request) -> Any:
         raise errors.bad_request(f"error decoding request body: {err}") from None
 
 
+async def _table_events(
+    lines: AsyncIterator[bytes], res: Resource, include: str
+) -> AsyncIterator[bytes]:
+    """Watch events whose objects are one-row Tables (what kubectl get -w asks for)."""
+    async for line in lines:
+        event = json.loads(line)
+        if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+            obj = event["object"]
+            meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+            event["object"] = tables.table(res, [obj], metadata=meta, include=include)
+        yield dumps(event) + b"\n"
+
+
 class FakeApiApp:
     """ASGI app; ``cluster`` and ``faults`` are shared with the Python handle."""
 
@@ -164,6 +179,9 @@ class FakeApiApp:
         delay = self.faults.delay(method, path)
         if delay:
             await asyncio.sleep(delay)
+        deadline = asyncio.get_running_loop().time() + HOLD_LIMIT
+        while self.faults.held(method, path) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
         rule = self.faults.take_failure(method, path)
         if rule is not None:
             message = rule.message or f"injected failure for {method} {path}"
@@ -231,6 +249,13 @@ class FakeApiApp:
                 entry = cluster.store.get(res.key, ns, t.name)
                 if entry is None:
                     raise errors.not_found(res.group, res.plural, t.name)
+                if tables.wants_table(request.headers.get("accept", "")) and not t.sub:
+                    rv = entry.obj["metadata"]["resourceVersion"]
+                    include = request.query_params.get("includeObject", "Metadata")
+                    one = tables.table(
+                        res, [entry.obj], metadata={"resourceVersion": rv}, include=include
+                    )
+                    return Response(dumps(one), media_type=tables.TABLE_MEDIA_TYPE)
                 return _json(entry.raw)
             if verb == "create" and not t.name and not t.sub:
                 if res.namespaced and t.namespace is None:
@@ -264,38 +289,44 @@ class FakeApiApp:
             else None
         )
         store = self.cluster.store
+        as_table = tables.wants_table(request.headers.get("accept", ""))
+        include = q.get("includeObject", "Metadata")
         if verb == "list":
             try:
                 limit = int(q.get("limit") or 0)
             except ValueError:
                 raise errors.bad_request(f"invalid limit: {q.get('limit')!r}") from None
-            return _json(
-                watch.list_body(
-                    store,
-                    t.res,
-                    namespace=t.namespace,
-                    label=label,
-                    fld=fld,
-                    limit=limit,
-                    cont=q.get("continue", ""),
-                )
-            )
-        try:
-            timeout = float(q.get("timeoutSeconds") or 1800)
-        except ValueError:
-            raise errors.bad_request("invalid timeoutSeconds") from None
-        try:
-            watcher, initial = watch.open_watch(
+            body = watch.list_body(
                 store,
                 t.res,
                 namespace=t.namespace,
                 label=label,
                 fld=fld,
-                resource_version=q.get("resourceVersion", ""),
+                limit=limit,
+                cont=q.get("continue", ""),
             )
-        except GoneError as err:  # pragma: no cover - open_watch answers in-stream
-            raise ApiError(err.status) from None
-        body = watch.stream(
+            if as_table:
+                listed = json.loads(body)
+                body = dumps(
+                    tables.table(
+                        t.res, listed["items"], metadata=listed["metadata"], include=include
+                    )
+                )
+                return Response(body, media_type=tables.TABLE_MEDIA_TYPE)
+            return _json(body)
+        try:
+            timeout = float(q.get("timeoutSeconds") or 1800)
+        except ValueError:
+            raise errors.bad_request("invalid timeoutSeconds") from None
+        watcher, initial = watch.open_watch(
+            store,
+            t.res,
+            namespace=t.namespace,
+            label=label,
+            fld=fld,
+            resource_version=q.get("resourceVersion", ""),
+        )
+        events = watch.stream(
             store,
             t.res,
             watcher,
@@ -304,4 +335,8 @@ class FakeApiApp:
             bookmarks=q.get("allowWatchBookmarks") in ("true", "1"),
             bookmark_interval=self.bookmark_interval,
         )
-        return StreamingResponse(body, media_type=JSON)
+        if as_table:
+            return StreamingResponse(
+                _table_events(events, t.res, include), media_type=tables.TABLE_MEDIA_TYPE
+            )
+        return StreamingResponse(events, media_type=JSON)

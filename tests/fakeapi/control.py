@@ -3,6 +3,8 @@
 - ``POST /_fake/fail`` ``{"method", "path", "status", "times", "message"}`` (globs in
   method/path): the next ``times`` matching requests answer ``status``, state unchanged.
 - ``POST /_fake/latency`` ``{"seconds", "method", "path"}``; ``seconds: 0`` clears all.
+- ``POST /_fake/hold`` ``{"method", "path"}``: stall matching requests (max 30 s) until
+  ``POST /_fake/release``.
 - ``POST /_fake/drop-watches`` -> ``{"dropped": N}``.
 - ``POST /_fake/compact`` -> ``{"resourceVersion": "N"}``: older versions answer 410.
 - ``GET /_fake/requests`` -> ``{"patch services/status": 3, "list nodes": 1, ...}``;
@@ -70,6 +72,12 @@ async def control(app: FakeApiApp, request: Request) -> Response:
                     Latency(seconds, str(body.get("method", "*")), str(body.get("path", "*")))
                 )
             return _ok({"latencies": len(faults.latencies)})
+        if (method, name) == ("POST", "hold"):
+            faults.holds.append((str(body.get("method", "*")), str(body.get("path", "*"))))
+            return _ok({"holds": len(faults.holds)})
+        if (method, name) == ("POST", "release"):
+            faults.holds.clear()
+            return _ok({"holds": 0})
         if (method, name) == ("POST", "drop-watches"):
             return _ok({"dropped": cluster.store.drop_watches()})
         if (method, name) == ("POST", "compact"):

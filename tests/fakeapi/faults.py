@@ -59,6 +59,7 @@ class Faults:
 
     rules: list[FailRule] = field(default_factory=list)
     latencies: list[Latency] = field(default_factory=list)
+    holds: list[tuple[str, str]] = field(default_factory=list)
     counters: Counter[str] = field(default_factory=Counter)
     log: list[RequestRecord] = field(default_factory=list)
 
@@ -88,6 +89,10 @@ class Faults:
             for lat in self.latencies
             if lat.method in ("*", method) and fnmatch.fnmatchcase(path, lat.path)
         )
+
+    def held(self, method: str, path: str) -> bool:
+        """Whether a ``hold`` (method, path globs) currently stalls this request."""
+        return any(m in ("*", method) and fnmatch.fnmatchcase(path, p) for m, p in list(self.holds))
 
     def record(self, rec: RequestRecord) -> None:
         key = f"{rec.resource}/{rec.subresource}" if rec.subresource else rec.resource

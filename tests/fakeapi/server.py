@@ -197,6 +197,14 @@ class FakeApiServer:
     def clear_latency(self) -> None:
         self.faults.latencies.clear()
 
+    def hold(self, *, method: str = "*", path: str = "*") -> None:
+        """Stall matching requests (after counting them) until :meth:`release` (max 30 s)."""
+        self.faults.holds.append((method.upper() if method != "*" else "*", path))
+
+    def release(self) -> None:
+        """Let every held request proceed."""
+        self.faults.holds.clear()
+
     def drop_watches(self) -> int:
         """End every open watch stream; returns how many were open."""
         return self.call(self.cluster.store.drop_watches)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -159,3 +160,15 @@ def test_seed_over_http_keeps_status(api: client.ApiClient, core: client.CoreV1A
 def test_unknown_control_endpoint_is_404(api: client.ApiClient) -> None:
     resp = api.rest_client.pool_manager.request("POST", f"{api.configuration.host}/_fake/nope")
     assert resp.status == 404 and json.loads(resp.data)["kind"] == "Status"
+
+
+def test_hold_stalls_matching_requests_until_release(
+    core: client.CoreV1Api, fake_api: FakeApiServer
+) -> None:
+    fake_api.hold(method="GET", path="/api/v1/nodes")
+    done = threading.Event()
+    threading.Thread(target=lambda: (core.list_node(), done.set()), daemon=True).start()
+    assert not done.wait(0.3)
+    core.create_node(body={"metadata": {"name": "unaffected"}})
+    fake_api.release()
+    assert done.wait(5)

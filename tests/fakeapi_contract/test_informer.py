@@ -35,14 +35,16 @@ def test_informer_syncs_and_recovers_from_compaction(
         core.create_node(body={"metadata": {"name": "b"}})
         assert _wait(lambda: _names(informer) == {"a", "b"})
         lists_before = fake_api.requests()["list nodes"]
+        watches_before = fake_api.requests()["watch nodes"]
         # Hold the informer's next watch back while history moves on and is compacted.
-        fake_api.add_latency(0.5, method="GET", path="/api/v1/nodes")
+        fake_api.hold(method="GET", path="/api/v1/nodes")
         fake_api.drop_watches()
+        assert _wait(lambda: fake_api.requests()["watch nodes"] > watches_before)
         core.delete_node("a")
         core.create_node(body={"metadata": {"name": "c"}})
         fake_api.compact()
-        assert _wait(lambda: fake_api.requests()["list nodes"] > lists_before)
-        fake_api.clear_latency()
+        fake_api.release()
         assert _wait(lambda: _names(informer) == {"b", "c"})
+        assert fake_api.requests()["list nodes"] > lists_before
     finally:
         informer.stop()

@@ -174,3 +174,53 @@ def test_get_watch_streams_changes(
         proc.terminate()
         proc.communicate(timeout=5)
     assert first + rest == ["ADDED web", "MODIFIED web front", "DELETED web front"]
+
+
+def test_get_prints_server_side_tables(kubectl: Kubectl, fake_api: FakeApiServer) -> None:
+    fake_api.seed(files=["tests/data/cases/kind-4node/cluster.yaml"])
+    nodes = [line.split() for line in _ok(kubectl("get", "nodes")).splitlines()]
+    assert nodes[0] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert nodes[1][:3] == ["kind-control-plane", "Ready", "control-plane"]
+    assert nodes[1][4] == "v1.30.0"
+    patch = json.dumps({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}})
+    _ok(
+        kubectl(
+            "patch", "service", "nginx-cluster", "--subresource=status", "--type=merge", "-p", patch
+        )
+    )
+    one = [line.split() for line in _ok(kubectl("get", "service", "nginx-cluster")).splitlines()]
+    assert one[0] == ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"]
+    assert one[1][:2] == ["nginx-cluster", "LoadBalancer"]
+    assert one[1][3] == "192.0.2.10"
+    pending = _ok(kubectl("get", "service", "nginx-local", "--no-headers")).split()
+    assert pending[3] == "<pending>"
+
+
+def test_get_watch_human_output_prints_updated_rows(
+    kubectl: Kubectl, fake_api: FakeApiServer, tmp_path: Any
+) -> None:
+    _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
+    proc = subprocess.Popen(
+        [
+            "kubectl",
+            f"--kubeconfig={fake_api.kubeconfig_path}",
+            f"--cache-dir={tmp_path / 'watch-cache'}",
+            "get",
+            "services",
+            "-w",
+            "--no-headers",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        first = _read_until(proc, 1, deadline)
+        patch = json.dumps({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.20"}]}}})
+        _ok(kubectl("patch", "service", "web", "--subresource=status", "--type=merge", "-p", patch))
+        second = _read_until(proc, 1, deadline)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=5)
+    assert [line.split()[3] for line in first + second] == ["<pending>", "192.0.2.20"]
