@@ -11,10 +11,10 @@ an Event is logged, never raised.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -67,6 +67,7 @@ class EventRecorder:
         self._lock = threading.Lock()
         self._last: dict[str, ServiceEvent] = {}
         self._core_v1 = False
+        self._sequence = itertools.count()
 
     def emit(
         self, *, namespace: str, name: str, event: ServiceEvent, record_only: bool = False
@@ -121,8 +122,10 @@ class EventRecorder:
         self._api.create_event(namespace=namespace, body=self._core(namespace, name, event))
 
     def _metadata(self, namespace: str, name: str) -> dict[str, str]:
-        # client-go names Events "<object>.<unique hex>".
-        return {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace}
+        # client-go names Events "<object>.<UnixNano in hex>"; the counter keeps two Events
+        # of one instant apart.
+        unique = time.time_ns() + next(self._sequence)
+        return {"name": f"{name}.{unique:x}", "namespace": namespace}
 
     def _events_v1(self, namespace: str, name: str, event: ServiceEvent) -> dict[str, Any]:
         return {

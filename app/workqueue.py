@@ -49,6 +49,9 @@ class WorkQueue:
         self._heap: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
         self._shutting_down = False
+        self._depth = metrics.WORKQUEUE_DEPTH.labels(name)
+        self._adds = metrics.WORKQUEUE_ADDS.labels(name)
+        self._retries = metrics.WORKQUEUE_RETRIES.labels(name)
 
     def __len__(self) -> int:
         with self._cond:
@@ -80,7 +83,7 @@ class WorkQueue:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
         delay = min(self._base_delay * 2.0**failures, self._max_delay)
-        metrics.WORKQUEUE_RETRIES.labels(self._name).inc()
+        self._retries.inc()
         self.add_after(key, delay)
         return delay
 
@@ -108,7 +111,7 @@ class WorkQueue:
                     key = self._queue.popleft()
                     self._processing.add(key)
                     self._dirty.discard(key)
-                    metrics.WORKQUEUE_DEPTH.labels(self._name).set(len(self._queue))
+                    self._depth.set(len(self._queue))
                     return key
                 if self._shutting_down:
                     return None
@@ -127,7 +130,7 @@ class WorkQueue:
             self._processing.discard(key)
             if key in self._dirty:
                 self._queue.append(key)
-                metrics.WORKQUEUE_DEPTH.labels(self._name).set(len(self._queue))
+                self._depth.set(len(self._queue))
                 self._cond.notify()
 
     def shut_down(self) -> None:
@@ -139,12 +142,12 @@ class WorkQueue:
     def _add_locked(self, key: str) -> None:
         if self._shutting_down or key in self._dirty:
             return
-        metrics.WORKQUEUE_ADDS.labels(self._name).inc()
+        self._adds.inc()
         self._dirty.add(key)
         if key in self._processing:
             return
         self._queue.append(key)
-        metrics.WORKQUEUE_DEPTH.labels(self._name).set(len(self._queue))
+        self._depth.set(len(self._queue))
         self._cond.notify()
 
     def _promote_due_locked(self) -> None:
