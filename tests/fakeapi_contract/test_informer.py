@@ -28,7 +28,10 @@ def test_informer_syncs_and_recovers_from_compaction(
     core: client.CoreV1Api, fake_api: FakeApiServer
 ) -> None:
     core.create_node(body={"metadata": {"name": "a"}})
-    informer = SharedInformer(list_func=core.list_node)
+    # resync_period bounds each watch (timeoutSeconds), so stop() never waits on an idle watch.
+    informer = SharedInformer(list_func=core.list_node, resync_period=30)
+    errors: list[int] = []
+    informer.add_event_handler("ERROR", lambda exc: errors.append(getattr(exc, "status", 0)))
     informer.start()
     try:
         assert _wait(lambda: _names(informer) == {"a"})
@@ -45,6 +48,8 @@ def test_informer_syncs_and_recovers_from_compaction(
         fake_api.compact()
         fake_api.release()
         assert _wait(lambda: _names(informer) == {"b", "c"})
+        assert 410 in errors
         assert fake_api.requests()["list nodes"] > lists_before
     finally:
+        fake_api.release()
         informer.stop()
