@@ -1,4 +1,5 @@
-"""Unknown-field handling (``fieldValidation`` = ``Ignore`` | ``Warn`` (default) | ``Strict``).
+"""Decoding rules: unknown fields (``fieldValidation`` = ``Ignore``/``Warn`` (default)/``Strict``)
+and ``metav1.Time``/``MicroTime`` normalization.
 
 kube-apiserver decodes into typed structs, so unknown fields are dropped; ``Warn`` reports
 each as a warning, ``Strict`` rejects the request with 400 ``strict decoding error: unknown
@@ -7,6 +8,7 @@ field "spec.foo"``. The schema is the real v1.32 OpenAPI (see :mod:`tests.fakeap
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from tests.fakeapi import errors
@@ -22,6 +24,25 @@ def prune(obj: dict[str, Any], *, api_version: str, kind: str) -> list[str]:
     return unknown
 
 
+_TIME = "#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.Time"
+_MICRO_TIME = "#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime"
+
+
+def normalize_time(value: str, *, micro: bool, path: str) -> str:
+    """``metav1.Time`` (seconds) / ``MicroTime`` (microseconds) as the server re-serializes
+    them: UTC with ``Z``. Raises 400 like the decoder for a string that is not RFC 3339."""
+    try:
+        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise errors.bad_request(
+            f'{path}: parsing time "{value}" as "2006-01-02T15:04:05Z07:00": cannot parse'
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.UTC)
+    parsed = parsed.astimezone(datetime.UTC)
+    return parsed.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+
+
 def _walk(value: Any, schema: Schema | None, path: str, unknown: list[str]) -> None:
     schema = _resolve(schema)
     if schema is None or schema.get("x-kubernetes-preserve-unknown-fields"):
@@ -31,7 +52,10 @@ def _walk(value: Any, schema: Schema | None, path: str, unknown: list[str]) -> N
         extra = schema.get("additionalProperties")
         for key in list(value):
             sub = f"{path}.{key}" if path else key
-            if props is not None and key in props:
+            ref = props.get(key, {}).get("$ref") if props is not None else None
+            if ref in (_TIME, _MICRO_TIME) and isinstance(value[key], str):
+                value[key] = normalize_time(value[key], micro=ref == _MICRO_TIME, path=sub)
+            elif props is not None and key in props:
                 _walk(value[key], props[key], sub, unknown)
             elif isinstance(extra, dict):
                 _walk(value[key], extra, sub, unknown)

@@ -328,3 +328,33 @@ def test_strict_field_validation_rejects_unknown_fields_and_default_drops_them(
     assert warned.status == 201
     assert warned.headers["Warning"] == '299 - "unknown field \\"spec.bogus\\""'
     assert "bogus" not in json.loads(warned.data)["spec"]
+
+
+@pytest.mark.parametrize(
+    ("sent", "stored"),
+    [
+        ("2024-05-01T10:00:00.123456+00:00", "2024-05-01T10:00:00.123456Z"),
+        ("2024-05-01T12:00:00+02:00", "2024-05-01T10:00:00.000000Z"),
+        ("2024-05-01T10:00:00Z", "2024-05-01T10:00:00.000000Z"),
+    ],
+    ids=["python isoformat", "offset converted to UTC", "seconds only"],
+)
+def test_micro_time_is_normalized_like_the_server_serializes_it(
+    api: client.ApiClient, sent: str, stored: str
+) -> None:
+    leases = client.CoordinationV1Api(api)
+    body = {"metadata": {"name": "l"}, "spec": {"holderIdentity": "a", "renewTime": sent}}
+    made = leases.create_namespaced_lease("default", body, _preload_content=False)
+    assert json.loads(made.data)["spec"]["renewTime"] == stored
+
+
+def test_unparsable_time_is_400(api: client.ApiClient) -> None:
+    body = {"metadata": {"name": "l"}, "spec": {"renewTime": "yesterday"}}
+    resp = api.rest_client.pool_manager.request(
+        "POST",
+        api.configuration.host + "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+        body=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    assert resp.status == 400
+    assert 'parsing time "yesterday"' in json.loads(resp.data)["message"]
