@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Literal, Protocol
 from urllib.parse import urlencode
@@ -32,6 +33,8 @@ COLLECTIONS: dict[str, str] = {
 """Cluster-wide collection path of each watched kind."""
 
 MERGE_PATCH = "application/merge-patch+json"
+AUTH_REFRESH_SECONDS = 10.0
+"""How long a derived ``authorization`` header is reused (tokens rotate in minutes)."""
 JSON_PATCH = "application/json-patch+json"
 
 WebhookKind = Literal["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]
@@ -70,10 +73,8 @@ class KubeAPI(Protocol):
         """Open a watch from ``resource_version`` with ``allowWatchBookmarks=true``."""
         ...
 
-    def patch_service_status(
-        self, *, namespace: str, name: str, patch: dict[str, Any]
-    ) -> dict[str, Any]:
-        """JSON merge patch ``services/{name}/status``; returns the Service."""
+    def patch_service_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """JSON merge patch ``services/{name}/status`` (the new Service comes by the watch)."""
         ...
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
@@ -132,6 +133,8 @@ class KubernetesAPI:
     def __init__(self, api_client: Any, *, request_timeout: float = 10.0) -> None:
         self._client = api_client
         self._timeout = request_timeout
+        self._auth_lock = threading.Lock()
+        self._auth: tuple[float, dict[str, str]] | None = None
 
     def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
         """See :meth:`KubeAPI.list_page`."""
@@ -155,12 +158,10 @@ class KubernetesAPI:
             _raise_for(response.status, _read_all(response))
         return _RawWatch(response)
 
-    def patch_service_status(
-        self, *, namespace: str, name: str, patch: dict[str, Any]
-    ) -> dict[str, Any]:
+    def patch_service_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """See :meth:`KubeAPI.patch_service_status`."""
         path = f"/api/v1/namespaces/{namespace}/services/{name}/status"
-        return self._json("PATCH", path, body=patch, content_type=MERGE_PATCH)
+        self._send("PATCH", path, body=patch, content_type=MERGE_PATCH)
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
         """See :meth:`KubeAPI.create_event`."""
@@ -168,7 +169,7 @@ class KubernetesAPI:
             path = f"/api/v1/namespaces/{namespace}/events"
         else:
             path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
-        self._json("POST", path, body=body)
+        self._send("POST", path, body=body)
 
     def read_lease(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         """See :meth:`KubeAPI.read_lease`."""
@@ -213,6 +214,25 @@ class KubernetesAPI:
                 return None
             raise
 
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any],
+        content_type: str = "application/json",
+    ) -> None:
+        """A write whose answer is not needed: check the status, skip decoding the body."""
+        response = self._call(
+            method, path, query=None, body=body, content_type=content_type, timeout=None
+        )
+        try:
+            data = response.data
+        except Exception as err:  # urllib3 raises several unrelated types mid-body
+            raise ApiError(0, f"{method} {path}: reading the response: {err}") from err
+        if not 200 <= response.status <= 299:
+            _raise_for(response.status, data)
+
     def _json(
         self,
         method: str,
@@ -239,6 +259,18 @@ class KubernetesAPI:
             raise ApiError(response.status, f"{method} {path}: response is not a JSON object")
         return decoded
 
+    def _auth_headers(self) -> dict[str, str]:
+        """Default headers plus ``authorization``, re-derived every ``AUTH_REFRESH_SECONDS``:
+        the kubeconfig refresh hook re-applies the whole config (and re-reads the proxy
+        environment) on every call, which is measurable at thousands of requests."""
+        now = time.monotonic()
+        with self._auth_lock:
+            if self._auth is None or now - self._auth[0] > AUTH_REFRESH_SECONDS:
+                headers = dict(self._client.default_headers)
+                self._client.update_params_for_auth(headers, [], ["BearerToken"], "", "GET", None)
+                self._auth = (now, headers)
+            return self._auth[1]
+
     def _call(
         self,
         method: str,
@@ -258,12 +290,11 @@ class KubernetesAPI:
         CPU at cold start with 10,000 status writes.
         """
         client = self._client
-        headers = {**client.default_headers, "Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
         connect, read = timeout or (self._timeout, self._timeout)
         try:
-            client.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)
+            headers = {**self._auth_headers(), "Accept": "application/json"}
+            if body is not None:
+                headers["Content-Type"] = content_type
             url = client.configuration.host + path
             if query:
                 url += "?" + urlencode(query)

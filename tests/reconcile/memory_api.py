@@ -135,9 +135,7 @@ class MemoryAPI:
         self._call(f"watch {kind}")
         return MemoryWatch(self, kind, int(resource_version), timeout_seconds)
 
-    def patch_service_status(
-        self, *, namespace: str, name: str, patch: dict[str, Any]
-    ) -> dict[str, Any]:
+    def patch_service_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
         self._call("patch services/status")
         with self.cond:
             key = f"{namespace}/{name}"
@@ -147,7 +145,7 @@ class MemoryAPI:
             obj.setdefault("status", {}).setdefault("loadBalancer", {})["ingress"] = copy.deepcopy(
                 patch["status"]["loadBalancer"]["ingress"]
             )
-            return copy.deepcopy(self._store("services", key, obj, "MODIFIED"))
+            self._store("services", key, obj, "MODIFIED")
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
         self._call("create events")

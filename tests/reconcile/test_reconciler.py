@@ -98,9 +98,9 @@ def test_the_patch_carries_only_status_load_balancer_ingress(world: World) -> No
     seen: list[dict[str, Any]] = []
     original = world.api.patch_service_status
 
-    def spy(**kwargs: Any) -> dict[str, Any]:
+    def spy(**kwargs: Any) -> None:
         seen.append(kwargs["patch"])
-        return original(**kwargs)
+        original(**kwargs)
 
     world.api.patch_service_status = spy  # type: ignore[method-assign]
     world.apply("services", service("web"))
