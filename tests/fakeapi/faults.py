@@ -9,9 +9,11 @@ with an injected failure.
 from __future__ import annotations
 
 import fnmatch
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+LOG_LIMIT = 200_000  # request log entries kept (oldest dropped first); counters are exact
 
 
 @dataclass
@@ -61,7 +63,7 @@ class Faults:
     latencies: list[Latency] = field(default_factory=list)
     holds: list[tuple[str, str]] = field(default_factory=list)
     counters: Counter[str] = field(default_factory=Counter)
-    log: list[RequestRecord] = field(default_factory=list)
+    log: deque[RequestRecord] = field(default_factory=lambda: deque(maxlen=LOG_LIMIT))
 
     def fail(
         self,
@@ -105,4 +107,4 @@ class Faults:
         self.log.clear()
 
     def log_dicts(self) -> list[dict[str, Any]]:
-        return [asdict(r) for r in self.log]
+        return [asdict(r) for r in list(self.log)]

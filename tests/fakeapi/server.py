@@ -220,14 +220,14 @@ class FakeApiServer:
     # -- counters and log --------------------------------------------------------------
     def requests(self) -> dict[str, int]:
         """Counters ``{"patch services/status": 3, "list nodes": 1, ...}``."""
-        return dict(self.faults.counters)
+        return self.call(lambda: dict(self.faults.counters))
 
     def reset_requests(self) -> None:
         self.faults.reset_counters()
 
     def request_log(self) -> list[dict[str, Any]]:
         """Every request: verb, group, resource, subresource, namespace, name, user_agent, ..."""
-        return self.faults.log_dicts()
+        return self.call(self.faults.log_dicts)
 
     # -- auth and webhooks -------------------------------------------------------------
     def add_token(
