@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -43,6 +45,20 @@ contexts:
   context: {{cluster: bench, user: bench, namespace: default}}
 current-context: bench
 """
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Runs in the child before exec: SIGTERM it when the benchmark (or test) process dies,
+    # even by SIGKILL, so no fake API or serve outlives a killed run.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def trusting(ca: Path) -> ssl.SSLContext:
+    """A client TLS context that trusts only ``ca``."""
+    return ssl.create_default_context(cafile=str(ca))
 
 
 def free_port() -> int:
@@ -93,6 +109,7 @@ class Process:
             stdout=subprocess.PIPE if capture_stdout else self._log_file,
             stderr=self._log_file,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
 
     @property
@@ -217,7 +234,7 @@ class Serve:
         self.process = process
         self.port = port
         self.url = f"https://127.0.0.1:{port}"
-        self.http = httpx.Client(base_url=self.url, verify=str(ca), timeout=30.0)
+        self.http = httpx.Client(base_url=self.url, verify=trusting(ca), timeout=30.0)
 
     def ready(self) -> bool:
         """``/readyz`` answers 200 (caches synced)."""
