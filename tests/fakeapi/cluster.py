@@ -30,6 +30,7 @@ ADMIN = {
     "username": "kubernetes-admin",
     "groups": ["kubeadm:cluster-admins", "system:authenticated"],
 }
+NAME_LABEL = "kubernetes.io/metadata.name"
 _NO_ADMISSION = {"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -97,10 +98,13 @@ class Cluster:
 
     def _finish(self, res: Resource, obj: Obj, old: Obj | None) -> None:
         """Defaults and validation that run for every write of ``res``."""
+        meta = obj["metadata"]
         if res is SERVICES:
             service_rules.apply_defaults(obj, self.allocator)
             service_rules.validate(obj, old)
-        meta = obj["metadata"]
+        if res is NAMESPACES:
+            # SetDefaults_Namespace: the name label is always set (and reset if changed).
+            meta["labels"] = {**(meta.get("labels") or {}), NAME_LABEL: meta["name"]}
         if res.has_spec:
             if old is None:
                 meta["generation"] = 1
@@ -474,6 +478,7 @@ class Cluster:
                         ]
                     )
             if res is NAMESPACES:
+                meta["labels"] = {**(meta.get("labels") or {}), NAME_LABEL: meta["name"]}
                 obj.setdefault("spec", {"finalizers": ["kubernetes"]})
                 obj.setdefault("status", {"phase": "Active"})
             if res is SERVICES:

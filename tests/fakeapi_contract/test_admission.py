@@ -206,13 +206,9 @@ def test_warnings_become_warning_headers(api: client.ApiClient, webhook: Webhook
 def test_rules_selectors_and_match_conditions(
     api: client.ApiClient,
     webhook: WebhookApp,
-    core: client.CoreV1Api,
     fields: dict[str, Any],
     called: bool,
 ) -> None:
-    core.patch_namespace(
-        "default", {"metadata": {"labels": {"kubernetes.io/metadata.name": "default"}}}
-    )
     _register(api, "Validating", webhook, **fields)
     code, _, _ = _create(api)
     assert code == 201

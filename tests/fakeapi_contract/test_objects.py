@@ -358,3 +358,15 @@ def test_unparsable_time_is_400(api: client.ApiClient) -> None:
     )
     assert resp.status == 400
     assert 'parsing time "yesterday"' in json.loads(resp.data)["message"]
+
+
+def test_namespaces_carry_their_name_label(core: client.CoreV1Api) -> None:
+    made = core.create_namespace({"metadata": {"name": "team", "labels": {"a": "b"}}})
+    assert made.metadata.labels == {"a": "b", "kubernetes.io/metadata.name": "team"}
+    relabelled = core.patch_namespace(
+        "team", {"metadata": {"labels": {"kubernetes.io/metadata.name": "x"}}}
+    )
+    assert relabelled.metadata.labels["kubernetes.io/metadata.name"] == "team"
+    assert core.read_namespace("default").metadata.labels == {
+        "kubernetes.io/metadata.name": "default"
+    }
