@@ -99,6 +99,10 @@ class Cluster:
     def _finish(self, res: Resource, obj: Obj, old: Obj | None) -> None:
         """Defaults and validation that run for every write of ``res``."""
         meta = obj["metadata"]
+        if old is None:
+            name_errors = service_rules.name_errors(meta.get("name", ""), dns1035=res is SERVICES)
+            if name_errors:
+                raise errors.invalid(res.kind, meta.get("name", ""), name_errors, group=res.group)
         if res is SERVICES:
             service_rules.apply_defaults(obj, self.allocator)
             service_rules.validate(obj, old)
@@ -458,7 +462,7 @@ class Cluster:
                     f"cannot seed {raw.get('apiVersion')}/{raw.get('kind')} "
                     f"{raw.get('metadata', {}).get('name')!r}: not served by the fake API"
                 )
-            obj = copy.deepcopy(raw)
+            obj = _copy(raw)
             meta = obj.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", now_rfc3339())

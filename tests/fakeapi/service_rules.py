@@ -60,6 +60,38 @@ def _qualified_name_errors(value: str, path: str) -> list[Cause]:
     return [(path, "FieldValueInvalid", msg)]
 
 
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def name_errors(name: str, *, dns1035: bool) -> list[Cause]:
+    """``metadata.name`` rules: DNS-1035 label for Services, DNS-1123 subdomain otherwise
+    (apimachinery ``validation.IsDNS1035Label`` / ``IsDNS1123Subdomain``)."""
+    path = "metadata.name"
+    if dns1035 and (len(name) > 63 or not _DNS1035_LABEL.fullmatch(name)):
+        return [
+            (
+                path,
+                "FieldValueInvalid",
+                f'Invalid value: "{name}": a DNS-1035 label must consist of lower case '
+                "alphanumeric characters or '-', start with an alphabetic character, and end "
+                "with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
+                "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')",
+            )
+        ]
+    if not dns1035 and (len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name)):
+        return [
+            (
+                path,
+                "FieldValueInvalid",
+                f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower '
+                "case alphanumeric characters, '-' or '.', and must start and end with an "
+                "alphanumeric character (e.g. 'example.com', regex used for validation is "
+                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            )
+        ]
+    return []
+
+
 def _is_lb(svc: dict[str, Any]) -> bool:
     return bool(svc.get("spec", {}).get("type") == "LoadBalancer")
 

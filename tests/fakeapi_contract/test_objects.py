@@ -370,3 +370,27 @@ def test_namespaces_carry_their_name_label(core: client.CoreV1Api) -> None:
     assert core.read_namespace("default").metadata.labels == {
         "kubernetes.io/metadata.name": "default"
     }
+
+
+@pytest.mark.parametrize(
+    ("create", "message"),
+    [
+        (
+            lambda core: core.create_namespaced_service(
+                "default", {"metadata": {"name": "1web"}, "spec": {"ports": [{"port": 1}]}}
+            ),
+            'Service "1web" is invalid: metadata.name: Invalid value: "1web": a DNS-1035 label',
+        ),
+        (
+            lambda core: core.create_node(body={"metadata": {"name": "Node_A"}}),
+            'Node "Node_A" is invalid: metadata.name: Invalid value: "Node_A": a lowercase '
+            "RFC 1123",
+        ),
+    ],
+    ids=["service names are DNS-1035 labels", "other names are DNS-1123 subdomains"],
+)
+def test_invalid_names_are_422(core: client.CoreV1Api, create: Any, message: str) -> None:
+    with pytest.raises(ApiException) as err:
+        create(core)
+    assert err.value.status == 422
+    assert json.loads(err.value.body)["message"].startswith(message)
