@@ -34,6 +34,7 @@ from bench.procs import (
     ROOT,
     Process,
     free_port,
+    machine,
     python,
     start_fakeapi,
     start_serve,
@@ -332,6 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true", help="py-spy on serve (saturation)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
     args = parser.parse_args(argv)
+    print(f"machine: {machine()}", flush=True)
     if shutil.which("wrk") is None:
         print(WRK_MISSING, file=sys.stderr)
         raise SystemExit(2)
@@ -353,6 +355,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         print(f"  serve answers: {serve_answer}; ceiling answers: {ceiling_answer}")
         print(report(serve, ceiling, body_bytes=len(body), nodes=args.nodes))
+    print(f"machine at the end: {machine()}")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ from bench.cluster import (
     pick_node,
     service_key,
 )
-from bench.procs import FakeApi, wait_for
+from bench.procs import FakeApi, machine, wait_for
 from bench.profile import PySpy, summary
 
 HEARTBEATS = 1000
@@ -323,6 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heartbeats", type=int, default=HEARTBEATS)
     parser.add_argument("--no-cilium", action="store_true", help="skip the Cilium-policy run")
     args = parser.parse_args(argv)
+    print(f"machine: {machine()}", flush=True)
     scale = parse_scale(args)
     with tempfile.TemporaryDirectory(prefix="bench-churn-") as tmp:
         workdir = args.workdir or Path(tmp)
@@ -355,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
             cilium_run.stop()
         print(format_step(cilium, scale.managed))
         print(side_by_side(steps[1], cilium))
+    print(f"machine at the end: {machine()}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import Cluster, Scale, expected_ingress, make_cluster, service_key
-from bench.procs import FakeApi, Serve, start_fakeapi, start_serve, wait_for
+from bench.procs import FakeApi, Serve, machine, start_fakeapi, start_serve, wait_for
 from bench.profile import PySpy, summary
 
 SERVICES = "/api/v1/services"
@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_scale_flags(parser)
     args = parser.parse_args(argv)
+    print(f"machine: {machine()}", flush=True)
     scale = parse_scale(args)
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:
         workdir = args.workdir or Path(tmp)
@@ -249,6 +250,7 @@ def main(argv: list[str] | None = None) -> None:
             print(report(result, scale))
         finally:
             result.stop()
+    print(f"machine at the end: {machine()}")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,20 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def machine() -> str:
+    """CPU count, CPU model and the 1-minute load average (other work on the machine skews
+    every figure: compare runs made at a low load)."""
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        "unknown CPU",
+    )
+    return f"{os.cpu_count()} x {model}, load average {os.getloadavg()[0]:.2f}"
+
+
 def trusting(ca: Path) -> ssl.SSLContext:
     """A client TLS context that trusts only ``ca``."""
     return ssl.create_default_context(cafile=str(ca))
