@@ -128,6 +128,33 @@ async def _table_events(
         yield dumps(event) + b"\n"
 
 
+def _watch_list(q: Any) -> bool:
+    """Validate ``sendInitialEvents`` like ``ValidateListOptions`` (422 on misuse)."""
+    if q.get("sendInitialEvents") not in ("true", "1"):
+        return False
+    causes: list[tuple[str, str, str]] = []
+    if q.get("allowWatchBookmarks") not in ("true", "1"):
+        causes.append(
+            (
+                "allowWatchBookmarks",
+                "FieldValueRequired",
+                "Required value: allowWatchBookmarks required when sendInitialEvents is specified",
+            )
+        )
+    if q.get("resourceVersionMatch") != "NotOlderThan":
+        causes.append(
+            (
+                "resourceVersionMatch",
+                "FieldValueForbidden",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to "
+                "NotOlderThan",
+            )
+        )
+    if causes:
+        raise errors.invalid("ListOptions", "", causes, group="meta.k8s.io")
+    return True
+
+
 class FakeApiApp:
     """ASGI app; ``cluster`` and ``faults`` are shared with the Python handle."""
 
@@ -292,6 +319,18 @@ class FakeApiApp:
         as_table = tables.wants_table(request.headers.get("accept", ""))
         include = q.get("includeObject", "Metadata")
         if verb == "list":
+            match = q.get("resourceVersionMatch", "")
+            rv = q.get("resourceVersion", "")
+            if match == "Exact" and rv != str(store.rv):
+                # No snapshots are kept: an exact read of an older version is refused as
+                # expired rather than answered with the current state.
+                raise ApiError(
+                    errors.status_body(
+                        code=410,
+                        reason="Expired",
+                        message=f"too old resource version: {rv} ({store.rv})",
+                    )
+                )
             try:
                 limit = int(q.get("limit") or 0)
             except ValueError:
@@ -325,6 +364,7 @@ class FakeApiApp:
             label=label,
             fld=fld,
             resource_version=q.get("resourceVersion", ""),
+            send_initial_events=_watch_list(q),
         )
         events = watch.stream(
             store,

@@ -106,14 +106,22 @@ def open_watch(
     label: LabelMatch | None,
     fld: FieldMatch | None,
     resource_version: str,
+    send_initial_events: bool = False,
 ) -> tuple[Watcher, list[bytes]]:
-    """Register a watcher and compute the lines it starts with (atomically, on the loop)."""
+    """Register a watcher and compute the lines it starts with (atomically, on the loop).
+
+    ``send_initial_events`` (watch-list, KEP-3157): ADDED for the current state, then a
+    BOOKMARK annotated ``k8s.io/initial-events-end: "true"``, whatever the resourceVersion.
+    """
     watcher = Watcher(res.key, namespace, label, fld)
     initial: list[bytes] = []
-    if resource_version in ("", "0"):
+    if resource_version in ("", "0") or send_initial_events:
         for entry in store.entries(res.key, namespace):
             if _match(entry, label, fld):
                 initial.append(_event("ADDED", entry.raw))
+        if send_initial_events:
+            end = {"k8s.io/initial-events-end": "true"}
+            initial.append(_event("BOOKMARK", _bookmark(res, store.rv, annotations=end)))
     else:
         try:
             rv = int(resource_version)
@@ -167,7 +175,8 @@ async def stream(
         store.remove_watcher(watcher)
 
 
-def _bookmark(res: Resource, rv: int) -> bytes:
-    return dumps(
-        {"kind": res.kind, "apiVersion": res.api_version, "metadata": {"resourceVersion": str(rv)}}
-    )
+def _bookmark(res: Resource, rv: int, annotations: dict[str, str] | None = None) -> bytes:
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    if annotations:
+        meta["annotations"] = annotations
+    return dumps({"kind": res.kind, "apiVersion": res.api_version, "metadata": meta})

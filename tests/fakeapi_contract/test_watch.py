@@ -243,3 +243,40 @@ def test_continue_token_older_than_compaction_is_410(
     with pytest.raises(ApiException) as err:
         core.list_node(limit=1, _continue=token)
     assert err.value.status == 410
+
+
+def test_watch_list_sends_state_then_initial_events_end_bookmark(core: client.CoreV1Api) -> None:
+    core.create_node(body={"metadata": {"name": "a"}})
+    rv = _rv(core)
+    resp = core.list_node(
+        watch=True,
+        send_initial_events=True,
+        allow_watch_bookmarks=True,
+        resource_version_match="NotOlderThan",
+        resource_version="0",
+        timeout_seconds=1,
+        _preload_content=False,
+    )
+    events = [json.loads(line) for line in resp.data.splitlines()]
+    assert [e["type"] for e in events[:2]] == ["ADDED", "BOOKMARK"]
+    assert events[1]["object"]["metadata"] == {
+        "resourceVersion": rv,
+        "annotations": {"k8s.io/initial-events-end": "true"},
+    }
+
+
+def test_watch_list_without_bookmarks_is_422(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as err:
+        core.list_node(watch=True, send_initial_events=True, resource_version_match="NotOlderThan")
+    assert err.value.status == 422
+    assert "allowWatchBookmarks required" in json.loads(err.value.body)["message"]
+
+
+def test_exact_list_of_an_older_version_is_410_not_current_data(core: client.CoreV1Api) -> None:
+    old = _rv(core)
+    core.create_node(body={"metadata": {"name": "a"}})
+    current = core.list_node(resource_version=_rv(core), resource_version_match="Exact")
+    assert [n.metadata.name for n in current.items] == ["a"]
+    with pytest.raises(ApiException) as err:
+        core.list_node(resource_version=old, resource_version_match="Exact")
+    assert err.value.status == 410
