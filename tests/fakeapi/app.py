@@ -178,6 +178,8 @@ class FakeApiApp:
             response = await self.handle(request)
         except ApiError as err:
             response = _error(err)
+        except Exception as err:  # noqa: BLE001 - a fake-server bug still answers a Status
+            response = _error(errors.error(500, f"fake API internal error: {err!r}"))
         await response(scope, receive, send)
 
     async def handle(self, request: Request) -> Response:

@@ -16,7 +16,9 @@ from tests.fakeapi.patch import Schema, _resolve, kind_schema
 
 
 def prune(obj: dict[str, Any], *, api_version: str, kind: str) -> list[str]:
-    """Drop fields unknown to the kind's schema from ``obj`` (in place); return their paths."""
+    """Drop fields unknown to the kind's schema from ``obj`` (in place); return their paths.
+
+    Raises :class:`TypeMismatch` for a value of the wrong JSON type."""
     schema = kind_schema(api_version, kind)
     unknown: list[str] = []
     if schema is not None:
@@ -43,10 +45,60 @@ def normalize_time(value: str, *, micro: bool, path: str) -> str:
     return parsed.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
+_JSON_KIND: dict[type, str] = {dict: "object", list: "array", str: "string", bool: "bool"}
+_GO_TYPE = {
+    "object": "map/struct",
+    "array": "slice",
+    "string": "string",
+    "integer": "int",
+    "number": "float",
+    "boolean": "bool",
+}
+
+
+class TypeMismatch(ValueError):
+    """A value whose JSON type the field's schema does not allow (the decoder's error)."""
+
+
+def _types(schema: Schema) -> set[str]:
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return {declared}
+    if isinstance(declared, list):
+        return {str(t) for t in declared}
+    branches = schema.get("oneOf") or schema.get("anyOf") or []
+    return {t for b in branches if isinstance(b, dict) for t in _types(b)}
+
+
+def _fits(value: Any, types: set[str]) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return "boolean" in types
+    if isinstance(value, int):
+        return bool(types & {"integer", "number"})
+    if isinstance(value, float):
+        return "number" in types
+    return _JSON_KIND.get(type(value)) in types
+
+
+def _check_type(value: Any, schema: Schema, path: str) -> None:
+    types = _types(schema) - {"null"}
+    if types and not _fits(value, types):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        got = "number" if number else _JSON_KIND.get(type(value), "value")
+        want = "/".join(sorted(_GO_TYPE.get(t, t) for t in types))
+        raise TypeMismatch(
+            f"json: cannot unmarshal {got} into Go struct field .{path} of type {want}"
+        )
+
+
 def _walk(value: Any, schema: Schema | None, path: str, unknown: list[str]) -> None:
     schema = _resolve(schema)
     if schema is None or schema.get("x-kubernetes-preserve-unknown-fields"):
         return
+    if path:
+        _check_type(value, schema, path)
     if isinstance(value, dict):
         props = schema.get("properties")
         extra = schema.get("additionalProperties")
@@ -74,7 +126,13 @@ def check(obj: dict[str, Any], *, api_version: str, kind: str, directive: str) -
             f'fieldValidation: Unsupported value: "{directive}": supported values: '
             '"Ignore", "Strict", "Warn"'
         )
-    unknown = prune(obj, api_version=api_version, kind=kind)
+    try:
+        unknown = prune(obj, api_version=api_version, kind=kind)
+    except TypeMismatch as err:
+        version = api_version.rpartition("/")[2]
+        raise errors.bad_request(
+            f'{kind} in version "{version}" cannot be handled as a {kind}: {err}'
+        ) from None
     if not unknown or directive == "Ignore":
         return []
     texts = [f'unknown field "{u}"' for u in unknown]

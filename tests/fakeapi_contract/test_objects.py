@@ -394,3 +394,32 @@ def test_invalid_names_are_422(core: client.CoreV1Api, create: Any, message: str
         create(core)
     assert err.value.status == 422
     assert json.loads(err.value.body)["message"].startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"metadata": {"name": "s", "labels": ["a"]}, "spec": {"ports": [{"port": 1}]}},
+            "json: cannot unmarshal array into Go struct field .metadata.labels",
+        ),
+        (
+            {"metadata": {"name": "s"}, "spec": {"ports": [{"port": "80"}]}},
+            "json: cannot unmarshal string into Go struct field .spec.ports[0].port",
+        ),
+    ],
+    ids=["labels not a map", "port not an integer"],
+)
+def test_wrongly_typed_fields_are_400_decode_errors(
+    api: client.ApiClient, body: dict[str, Any], message: str
+) -> None:
+    resp = api.rest_client.pool_manager.request(
+        "POST",
+        api.configuration.host + "/api/v1/namespaces/default/services",
+        body=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    status = json.loads(resp.data)
+    assert (resp.status, status["reason"]) == (400, "BadRequest")
+    assert status["message"].startswith('Service in version "v1" cannot be handled as a Service: ')
+    assert message in status["message"]
