@@ -283,7 +283,7 @@ class AdmissionChain:
                 try:
                     ops = jsonpatch.JsonPatch.from_string(base64.b64decode(response["patch"]))
                     patched = ops.apply(copy.deepcopy(a.obj))
-                except Exception as err:
+                except Exception as err:  # any undecodable/inapplicable patch is the webhook's
                     raise _internal(hook, f"JSON patch could not be applied: {err}") from None
                 a.obj.clear()
                 a.obj.update(patched)

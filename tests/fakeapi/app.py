@@ -178,7 +178,7 @@ class FakeApiApp:
             response = await self.handle(request)
         except ApiError as err:
             response = _error(err)
-        except Exception as err:  # noqa: BLE001 - a fake-server bug still answers a Status
+        except Exception as err:  # a bug in the fake still answers with a Status body
             response = _error(errors.error(500, f"fake API internal error: {err!r}"))
         await response(scope, receive, send)
 

@@ -145,7 +145,7 @@ class FakeApiServer:
         def run() -> None:
             try:
                 future.set_result(fn())
-            except BaseException as err:
+            except BaseException as err:  # re-raised in the calling thread
                 future.set_exception(err)
 
         loop.call_soon_threadsafe(run)
