@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakeapi import errors, fields, patch, service_rules
+from tests.fakeapi import errors, fields, patch, reviews, service_rules
 from tests.fakeapi.admission import MUTATING, VALIDATING, AdmissionChain, Attributes
 from tests.fakeapi.resources import BY_KIND, BY_PATH, Resource
 from tests.fakeapi.store import Entry, Obj, Store
@@ -419,32 +419,10 @@ class Cluster:
 
     # -- reviews ---------------------------------------------------------------------------
     def review(self, res: Resource, body: Any) -> Obj:
-        """TokenReview / SubjectAccessReview answers from :attr:`tokens` and the access rules."""
-        if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
-            raise errors.bad_request(f"the body of the request was not a {res.kind} object")
-        obj = copy.deepcopy(body)
-        obj["kind"], obj["apiVersion"] = res.kind, res.api_version
-        obj.setdefault("metadata", {})["creationTimestamp"] = None
-        spec = obj["spec"]
-        if res.kind == "TokenReview":
-            user = self.tokens.get(str(spec.get("token", "")))
-            if user is None:
-                obj["status"] = {"user": {}, "error": "invalid bearer token"}
-            else:
-                obj["status"] = {
-                    "authenticated": True,
-                    "user": copy.deepcopy(user),
-                    "audiences": spec.get("audiences") or ["https://kubernetes.default.svc"],
-                }
-            return obj
-        username = str(spec.get("user", ""))
-        attrs = spec.get("nonResourceAttributes") or {}
-        key = (username, str(attrs.get("verb", "")), str(attrs.get("path", "")))
-        if spec.get("nonResourceAttributes") and key in self.allowed_non_resource:
-            obj["status"] = {"allowed": True, "reason": "allowed by the fake API access rules"}
-        else:
-            obj["status"] = {"allowed": False, "reason": "no fake API access rule allows this"}
-        return obj
+        """TokenReview / SubjectAccessReview answers (see :mod:`tests.fakeapi.reviews`)."""
+        return reviews.answer(
+            res, body, tokens=self.tokens, allowed_non_resource=self.allowed_non_resource
+        )
 
     # -- seeding ---------------------------------------------------------------------------
     def seed(self, objects: list[Obj]) -> list[Obj]:
