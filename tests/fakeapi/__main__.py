@@ -6,9 +6,7 @@ Prints one line with the server URL once it accepts requests.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 
 from tests.fakeapi.server import FakeApiServer
 
@@ -30,13 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         print(f"fakeapi: {err}", file=sys.stderr)
         return 2
-    server.start()
-    print(server.url, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait()
-    server.stop()
+    server.serve_until_signal()
     return 0
 
 

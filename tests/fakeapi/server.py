@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import signal
 import socket
 import tempfile
 import threading
@@ -128,6 +129,20 @@ class FakeApiServer:
         self._thread.join(5)
         self._server = None
         self._tmp.cleanup()
+
+    def serve_until_signal(self) -> None:
+        """Start, print the URL on one line, serve until SIGTERM/SIGINT, then stop.
+
+        The standalone entry point (``python -m tests.fakeapi``) and benchmark launchers
+        share this; call it from the main thread (signal handlers are installed).
+        """
+        self.start()
+        print(self.url, flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        stop.wait()
+        self.stop()
 
     def __enter__(self) -> Self:
         return self.start()

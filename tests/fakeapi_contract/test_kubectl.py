@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path
 
 from tests.fakeapi import FakeApiServer
 from tests.fakeapi_contract.conftest import Kubectl
@@ -144,35 +146,41 @@ def _read_until(proc: subprocess.Popen[str], want: int, deadline: float) -> list
     return lines
 
 
-def test_get_watch_streams_changes(
-    kubectl: Kubectl, fake_api: FakeApiServer, tmp_path: Any
-) -> None:
-    _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
+@contextlib.contextmanager
+def _watching(fake_api: FakeApiServer, cache: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """``kubectl get services -w <args>`` in the background, terminated on exit."""
     proc = subprocess.Popen(
         [
             "kubectl",
             f"--kubeconfig={fake_api.kubeconfig_path}",
-            f"--cache-dir={tmp_path / 'watch-cache'}",
+            f"--cache-dir={cache}",
             "get",
             "services",
             "-w",
-            "--output-watch-events",
-            "-o",
-            'jsonpath={.type} {.object.metadata.name} {.object.metadata.labels.tier}{"\\n"}',
+            *args,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
+        yield proc
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=5)
+
+
+def test_get_watch_streams_changes(
+    kubectl: Kubectl, fake_api: FakeApiServer, tmp_path: Path
+) -> None:
+    _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
+    template = 'jsonpath={.type} {.object.metadata.name} {.object.metadata.labels.tier}{"\\n"}'
+    with _watching(fake_api, tmp_path / "cache", "--output-watch-events", "-o", template) as proc:
         deadline = time.monotonic() + 15
         first = _read_until(proc, 1, deadline)
         _ok(kubectl("label", "service", "web", "tier=front"))
         _ok(kubectl("delete", "service", "web"))
         rest = _read_until(proc, 2, deadline)
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=5)
     assert first + rest == ["ADDED web", "MODIFIED web front", "DELETED web front"]
 
 
@@ -197,30 +205,13 @@ def test_get_prints_server_side_tables(kubectl: Kubectl, fake_api: FakeApiServer
 
 
 def test_get_watch_human_output_prints_updated_rows(
-    kubectl: Kubectl, fake_api: FakeApiServer, tmp_path: Any
+    kubectl: Kubectl, fake_api: FakeApiServer, tmp_path: Path
 ) -> None:
     _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
-    proc = subprocess.Popen(
-        [
-            "kubectl",
-            f"--kubeconfig={fake_api.kubeconfig_path}",
-            f"--cache-dir={tmp_path / 'watch-cache'}",
-            "get",
-            "services",
-            "-w",
-            "--no-headers",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with _watching(fake_api, tmp_path / "cache", "--no-headers") as proc:
         deadline = time.monotonic() + 15
         first = _read_until(proc, 1, deadline)
         patch = json.dumps({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.20"}]}}})
         _ok(kubectl("patch", "service", "web", "--subresource=status", "--type=merge", "-p", patch))
         second = _read_until(proc, 1, deadline)
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=5)
     assert [line.split()[3] for line in first + second] == ["<pending>", "192.0.2.20"]
