@@ -11,6 +11,7 @@ internal conflict, like ``GuaranteedUpdate``.
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
 import json
@@ -106,6 +107,13 @@ class Cluster:
         if res is SERVICES:
             service_rules.apply_defaults(obj, self.allocator)
             service_rules.validate(obj, old)
+        if res.kind == "Secret" and isinstance(obj.get("stringData"), dict):
+            # The Secret REST strategy folds stringData into data and never stores it.
+            encoded = {
+                k: base64.b64encode(str(v).encode()).decode() for k, v in obj["stringData"].items()
+            }
+            obj["data"] = {**(obj.get("data") or {}), **encoded}
+            del obj["stringData"]
         if res is NAMESPACES:
             # SetDefaults_Namespace: the name label is always set (and reset if changed).
             meta["labels"] = {**(meta.get("labels") or {}), NAME_LABEL: meta["name"]}

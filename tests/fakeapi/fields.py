@@ -8,6 +8,8 @@ field "spec.foo"``. The schema is the real v1.32 OpenAPI (see :mod:`tests.fakeap
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 from typing import Any
 
@@ -84,6 +86,11 @@ def _fits(value: Any, types: set[str]) -> bool:
 
 def _check_type(value: Any, schema: Schema, path: str) -> None:
     types = _types(schema) - {"null"}
+    if schema.get("format") == "byte" and isinstance(value, str):
+        try:
+            base64.b64decode(value, validate=True)
+        except binascii.Error as err:
+            raise TypeMismatch(f"illegal base64 data in .{path}: {err}") from None
     if types and not _fits(value, types):
         number = isinstance(value, int | float) and not isinstance(value, bool)
         got = "number" if number else _JSON_KIND.get(type(value), "value")

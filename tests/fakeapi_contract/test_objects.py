@@ -423,3 +423,23 @@ def test_wrongly_typed_fields_are_400_decode_errors(
     assert (resp.status, status["reason"]) == (400, "BadRequest")
     assert status["message"].startswith('Service in version "v1" cannot be handled as a Service: ')
     assert message in status["message"]
+
+
+def test_secret_string_data_is_folded_into_data(core: client.CoreV1Api) -> None:
+    made = core.create_namespaced_secret(
+        "default",
+        {"metadata": {"name": "tls"}, "data": {"a": "YQ=="}, "stringData": {"ca.crt": "PEM"}},
+    )
+    assert made.data == {"a": "YQ==", "ca.crt": "UEVN"}
+    assert made.string_data is None
+
+
+def test_secret_data_must_be_base64(api: client.ApiClient) -> None:
+    resp = api.rest_client.pool_manager.request(
+        "POST",
+        api.configuration.host + "/api/v1/namespaces/default/secrets",
+        body=json.dumps({"metadata": {"name": "s"}, "data": {"k": "not base64!"}}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    assert resp.status == 400
+    assert "illegal base64 data" in json.loads(resp.data)["message"]
