@@ -97,12 +97,12 @@ def _smp_map(target: dict[str, Any], patch: Any, schema: Schema | None) -> Any:
         return None
     if directive == "replace":
         return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
-    if directive is not None:
+    if directive not in (None, "merge"):
         raise bad_request(f"Unknown patch type: {directive}")
     result = dict(target)
     orders: dict[str, list[Any]] = {}
     for key, value in patch.items():
-        if key == "$retainKeys":
+        if key in ("$retainKeys", "$patch"):
             continue
         if key.startswith("$setElementOrder/"):
             orders[key.split("/", 1)[1]] = value

@@ -106,6 +106,13 @@ JSONP = "application/json-patch+json"
             "metadata.labels",
             {"b": "2", "c": "3"},
         ),
+        (
+            "",
+            SMP,
+            {"metadata": {"$patch": "merge", "labels": {"c": "3"}}},
+            "metadata.labels",
+            {"a": "1", "b": "2", "c": "3"},
+        ),
     ],
     ids=[
         "merge patch null deletes a label",
@@ -117,6 +124,7 @@ JSONP = "application/json-patch+json"
         "strategic patch $patch delete removes an address",
         "strategic patch $patch replace replaces the list",
         "json patch add and remove",
+        "strategic patch $patch merge is the default",
     ],
 )
 def test_patch_types(
