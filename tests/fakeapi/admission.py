@@ -157,6 +157,8 @@ class AdmissionChain:
         cfg = hook.get("clientConfig") or {}
         url, sni = self._target(cfg)
         timeout = float(hook.get("timeoutSeconds", 10))
+        # kube-apiserver's webhook client tells the webhook its deadline in the query string.
+        url += ("&" if "?" in url else "?") + f"timeout={timeout:g}s"
         extensions = {"sni_hostname": sni} if sni else {}
         try:
             async with httpx.AsyncClient(

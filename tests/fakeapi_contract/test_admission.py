@@ -140,7 +140,7 @@ def test_mutating_patch_is_applied_before_validating_webhooks(
     code, body, _ = _create(api)
     assert code == 201
     assert body["spec"]["loadBalancerClass"] == "io.cilium/node"
-    assert webhook.paths == ["/mutating", "/validating"]
+    assert webhook.paths == ["/mutating?timeout=10s", "/validating?timeout=10s"]
     assert webhook.reviews[1]["request"]["object"]["spec"]["loadBalancerClass"] == "io.cilium/node"
 
 
@@ -261,6 +261,7 @@ def test_timeout_seconds_is_honoured(api: client.ApiClient, webhook: WebhookApp)
     assert code == 500
     assert "failed calling webhook" in body["message"]
     assert time.monotonic() - started < 1.9
+    assert webhook.paths == ["/validating?timeout=1s"]
 
 
 def test_service_reference_is_dialled_on_loopback_with_svc_host_name(
@@ -274,7 +275,7 @@ def test_service_reference_is_dialled_on_loopback_with_svc_host_name(
     _register(api, "Validating", webhook, client_config=ref)
     code, _, _ = _create(api)
     assert code == 201
-    assert webhook.paths == ["/validate"]
+    assert webhook.paths == ["/validate?timeout=10s"]
 
 
 def test_unmapped_service_reference_fails_closed(
