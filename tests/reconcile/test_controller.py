@@ -174,3 +174,20 @@ def test_prometheus_metrics_are_exposed(memory_api: MemoryAPI, start: Start) -> 
         'node_ipam_lb_status_writes_total{result="success"}',
     ):
         assert name in text, name
+
+
+def test_a_not_ready_node_is_dropped_when_its_grace_period_runs_out(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    import datetime as dt
+    import time
+
+    since = dt.datetime.fromtimestamp(time.time() - 0.2, dt.UTC).isoformat()
+    down = node("w1", internal=["10.0.0.1"])
+    down["status"]["conditions"][0].update(status="False", lastTransitionTime=since)
+    memory_api.apply("nodes", down)
+    memory_api.apply("nodes", node("w2", internal=["10.0.0.2"]))
+    memory_api.apply("services", service("web"))
+    start(leader_elect=False, exclude_not_ready_nodes=True, not_ready_grace_seconds=2)
+    wait_until(converged(memory_api, "default/web", ["10.0.0.2"]), what="re-checked after grace")
+    assert memory_api.calls["patch services/status"] == 2, "first both nodes, then only w2"
