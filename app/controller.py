@@ -7,17 +7,7 @@ while leading, and each status write re-checks leadership. Keys are enqueued onc
 kinds are synced; on that moment and on every acquisition of the Lease, every Service is
 enqueued once (the queue deduplicates).
 
-Event → keys (what can change a Service's result, §5):
-
-- a Service event: that Service, unless the event is the echo of our own status write
-  (only ``status.loadBalancer.ingress`` changed, to exactly what we wrote);
-- an EndpointSlice event: ``namespace/<kubernetes.io/service-name>`` of the old and new
-  slice, when that Service is managed with ``externalTrafficPolicy: Local`` (nothing else
-  reads endpoints; a Service not yet in the cache is enqueued by its own event);
-- a Node event: nothing when the old and new NodeView are equal (heartbeats touch nothing a
-  view holds); otherwise the managed Services whose selector matches the old or new labels
-  (an unparsable selector is skipped: its Service is never written), and for eTP=Local only
-  those with a ready endpoint on that Node.
+Which keys an event enqueues is :mod:`app.triggers`.
 """
 
 from __future__ import annotations
@@ -37,49 +27,13 @@ from app.informer import Informer
 from app.kube import ApiError, Kind, KubeAPI, KubernetesAPI
 from app.leader import LeaderElector
 from app.logs import log_event
-from app.nodeipam import LOCAL, is_managed
+from app.nodeipam import is_managed
 from app.reconciler import Reconciler
-from app.selector import SelectorError, parse_cached
-from app.views import NodeView, ServiceView, endpoint_slice_view, node_view, service_view
+from app.triggers import services_for_endpoint_slice_changes, services_for_node_change
+from app.views import ServiceView, endpoint_slice_view, node_view, service_view
 from app.workqueue import WorkQueue
 
 LOG = logging.getLogger("node_ipam_lb.controller")
-
-
-def services_for_node_change(
-    *,
-    old: NodeView | None,
-    new: NodeView | None,
-    managed: Iterable[ServiceView],
-    cache: ClusterCache,
-) -> list[str]:
-    """Keys of the managed Services whose Selection a Node change can alter (module doc).
-
-    ``old``/``new`` are the Node before/after (``None``: added/deleted); ``managed`` the
-    Services for which :func:`app.nodeipam.is_managed` holds.
-    """
-    if old == new or (old is None and new is None):
-        return []
-    name = new.name if new is not None else old.name  # type: ignore[union-attr]
-    keys = []
-    for service in managed:
-        if service.match_node_labels is not None:
-            try:
-                selector = parse_cached(service.match_node_labels)
-            except SelectorError:
-                continue
-            if not (
-                (old is not None and selector.matches(old.labels))
-                or (new is not None and selector.matches(new.labels))
-            ):
-                continue
-        if service.external_traffic_policy == LOCAL and not any(
-            name in s.ready_node_names
-            for s in cache.endpoint_slices(service.namespace, service.name)
-        ):
-            continue
-        keys.append(service_key(service.namespace, service.name))
-    return keys
 
 
 class Controller:
@@ -254,16 +208,7 @@ class Controller:
             )
         elif kind == "endpointslices":
             with self._lock:
-                managed = self._managed
-                keys = {
-                    service_key(view.namespace, view.service_name)
-                    for _, old, new in changes
-                    for view in (old, new)
-                    if view is not None and view.service_name is not None
-                }
-                keys = {
-                    k for k in keys if k in managed and managed[k].external_traffic_policy == LOCAL
-                }
+                keys = services_for_endpoint_slice_changes(changes=changes, managed=self._managed)
             self._enqueue(keys)
         elif self._enqueued_after_sync:
             with self._lock:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from app.cache import ClusterCache
-from app.controller import services_for_node_change
+from app.triggers import services_for_endpoint_slice_changes, services_for_node_change
 from app.views import endpoint_slice_view, node_view, service_view
 from tests.reconcile.support import EXCLUDE, endpoint_slice, node, service
 
@@ -93,3 +93,17 @@ def test_local_service_is_enqueued_for_a_node_hosting_its_endpoint(cache: Cluste
         old=old, new=new, managed=[service_view(s) for s in SERVICES], cache=cache
     )
     assert "default/local" in got
+
+
+def test_endpoint_slice_changes_enqueue_only_managed_local_services() -> None:
+    managed = {
+        "default/local": service_view(service("local", local=True)),
+        "default/all": service_view(service("all")),
+    }
+    web = endpoint_slice_view(endpoint_slice("local", nodes=["n1"]))
+    other = endpoint_slice_view(endpoint_slice("all", nodes=["n1"]))
+    unknown = endpoint_slice_view(endpoint_slice("not-ours", nodes=["n1"]))
+    changes = [("a", None, web), ("b", other, None), ("c", unknown, unknown)]
+    assert services_for_endpoint_slice_changes(changes=changes, managed=managed) == {
+        "default/local"
+    }
