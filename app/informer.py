@@ -23,6 +23,8 @@ from app.views import ViewError
 
 LOG = logging.getLogger("node_ipam_lb.informer")
 
+SHORT_WATCH_SECONDS = 1.0
+
 ToView = Callable[[Mapping[str, Any]], View]
 Handler = Callable[[Kind, list[Change]], None]
 
@@ -119,8 +121,11 @@ class Informer:
             try:
                 version = self._list() if resource_version is None else resource_version
                 resource_version = version
+                opened = self._clock()
                 resource_version, events = self._watch(version)
-                if events:
+                # client-go's "very short watch" rule: a watch that ended at once without
+                # an event is treated as a failure; anything else reconnects immediately.
+                if events or self._clock() - opened >= SHORT_WATCH_SECONDS:
                     backoff = self._backoff_initial
                     continue
             except ApiError as err:
