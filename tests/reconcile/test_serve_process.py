@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,17 +18,11 @@ import httpx
 import pytest
 
 from tests.fakeapi.server import FakeApiServer
-from tests.reconcile.support import CASE, kind_4node, node, wait_until
+from tests.reconcile.support import CASE, free_port, kind_4node, node, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXE = Path(sys.executable).with_name("node-ipam-lb")
 LEASE = ("leases.coordination.k8s.io", "node-ipam-lb", "kube-system")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Replica:

@@ -1,0 +1,52 @@
+"""The client layer on the real kubernetes ApiClient: errors, raw watch streams, closing."""
+
+from __future__ import annotations
+
+import threading
+
+import kubernetes.client
+import pytest
+
+from app.kube import ApiError, KubernetesAPI
+from tests.fakeapi.server import FakeApiServer
+from tests.reconcile.support import free_port, node, wait_until
+
+
+def test_no_server_is_an_api_error_with_status_0() -> None:
+    cfg = kubernetes.client.Configuration()
+    cfg.host = f"http://127.0.0.1:{free_port()}"
+    cfg.retries = 0
+    api = KubernetesAPI(kubernetes.client.ApiClient(cfg), request_timeout=2)
+    with pytest.raises(ApiError) as err:
+        api.list_page("nodes", limit=10, continue_token=None)
+    assert err.value.status == 0
+
+
+def test_an_error_status_carries_the_api_message(api_server: FakeApiServer) -> None:
+    api = KubernetesAPI(api_server.client())
+    api_server.fail(method="PATCH", path="*", status=409, message="the object has been modified")
+    with pytest.raises(ApiError) as err:
+        api.patch_service_status(namespace="default", name="web", patch={})
+    assert (err.value.status, err.value.reason) == (409, "the object has been modified")
+    assert api.read_lease(namespace="default", name="absent") is None
+
+
+def test_a_watch_streams_raw_events_and_closes_from_another_thread(
+    api_server: FakeApiServer,
+) -> None:
+    api = KubernetesAPI(api_server.client())
+    version = api.list_page("nodes", limit=10, continue_token=None)["metadata"]["resourceVersion"]
+    stream = api.watch("nodes", resource_version=version, timeout_seconds=60)
+    seen: list[tuple[str, str]] = []
+
+    def consume() -> None:
+        for event in stream:
+            seen.append((event["type"], event["object"]["metadata"].get("name", "")))
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    api_server.seed([node("w1", internal=["10.0.0.1"])])
+    wait_until(lambda: ("ADDED", "w1") in seen, what="ADDED event")
+    stream.close()
+    reader.join(5)
+    assert not reader.is_alive(), "close() ends a blocked read"
