@@ -203,6 +203,8 @@ class Informer:
         kind, obj = event.get("type"), event["object"]
         if kind == "ERROR":
             code = obj.get("code")
+            if obj.get("reason") in ("Expired", "Gone"):  # a Status without its code
+                code = 410
             raise ApiError(code if isinstance(code, int) else 0, str(obj.get("message", obj)))
         version = _resource_version(obj)
         if kind == "BOOKMARK":
