@@ -110,7 +110,9 @@ class Controller:
         ]
 
     def start(self) -> None:
-        """Start informers, leader election and workers on daemon threads; returns at once."""
+        """Start informers, leader election and workers on daemon threads; returns at once.
+        With ``settings.reconciler`` false there are no workers and nothing is enqueued: the
+        cache serves admission and preview, and no status is ever written."""
         if self._started:
             return
         self._started = True
@@ -123,7 +125,7 @@ class Controller:
         )
         for informer in self.informers:
             informer.start()
-        for index in range(self.settings.workers):
+        for index in range(self.settings.workers if self.settings.reconciler else 0):
             thread = threading.Thread(target=self._work, name=f"reconcile-{index}", daemon=True)
             thread.start()
             self._workers.append(thread)
@@ -169,7 +171,9 @@ class Controller:
         return True, "ok"
 
     def is_leader(self) -> bool:
-        """True when this replica may write (always, with ``leader_elect`` false)."""
+        """True while this replica holds the Lease (always, with ``leader_elect`` false).
+        Other leader-only duties (webhook certificates) use it too, so the Lease is
+        campaigned for even with ``reconciler`` false."""
         if self._stopping.is_set():
             return False
         return self.elector is None or self.elector.is_leader()
@@ -179,7 +183,7 @@ class Controller:
         return self._adds
 
     def _enqueue(self, keys: Iterable[str]) -> None:
-        if self._enqueued_after_sync and self.is_leader():
+        if self.settings.reconciler and self._enqueued_after_sync and self.is_leader():
             for key in keys:
                 self._adds += 1
                 self.queue.add(key)
@@ -192,7 +196,9 @@ class Controller:
     def _enqueue_all(self) -> None:
         """Enqueue every Service once per leadership term, as soon as the caches are synced."""
         with self._lock:
-            if self._term_enqueued or not (self.cache.synced and self.is_leader()):
+            if self._term_enqueued or not (
+                self.settings.reconciler and self.cache.synced and self.is_leader()
+            ):
                 return
             self._term_enqueued = True
         for service in self.cache.services():

@@ -191,3 +191,18 @@ def test_a_not_ready_node_is_dropped_when_its_grace_period_runs_out(
     start(leader_elect=False, exclude_not_ready_nodes=True, not_ready_grace_seconds=2)
     wait_until(converged(memory_api, "default/web", ["10.0.0.2"]), what="re-checked after grace")
     assert memory_api.calls["patch services/status"] == 2, "first both nodes, then only w2"
+
+
+def test_no_reconciler_keeps_the_cache_but_never_writes(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web"))
+    controller = start(reconciler=False)
+    wait_until(controller.ready, what="cache synced")
+    memory_api.apply("services", service("marker", lb_class="other"))
+    wait_until(lambda: controller.cache.service("default", "marker"), what="marker seen")
+    wait_until(controller.is_leader, what="the Lease (other leader-only duties need it)")
+    assert memory_api.calls["patch services/status"] == 0
+    assert len(controller.queue) == 0
+    assert controller.queue_adds() == 0
