@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from app.controller import Controller
+from app.metrics import CONTROLLER, REGISTRY
 from tests.fakeapi.server import FakeApiServer
 from tests.reconcile.support import (
     CASE,
@@ -48,6 +49,12 @@ def settled(server: FakeApiServer, name: str, ips: list[str]) -> Callable[[], bo
         return [e["ip"] for e in entries or []] == ips
 
     return check
+
+
+def reconciles() -> float:
+    """Successful reconciles so far (process-wide counter)."""
+    labels = {"controller": CONTROLLER, "result": "success"}
+    return REGISTRY.get_sample_value("controller_runtime_reconcile_total", labels) or 0.0
 
 
 def seed_three_nodes(api_server: FakeApiServer) -> None:
@@ -307,3 +314,20 @@ def test_a_killed_leader_is_replaced_within_the_lease_duration(
     assert lease is not None
     assert lease["spec"]["holderIdentity"] == "pod-b"
     assert lease["spec"]["leaseTransitions"] == 1
+
+
+def test_a_malformed_annotation_warns_once_and_leaves_the_status_alone(
+    api_server: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    seed_three_nodes(api_server)
+    broken = service("web", selector="zone in (a", ingress=["192.0.2.7"])
+    api_server.seed([broken])
+    run_controller()
+    wait_until(lambda: api_server.requests().get("create events", 0) == 1, what="one Event")
+    before = reconciles()
+    kubectl.patch("services", "web", {"metadata": {"labels": {"touched": "yes"}}})
+    wait_until(lambda: reconciles() > before, what="the edited Service reconciled again")
+    [event] = [r for r in api_server.request_log() if r["resource"] == "events"]
+    assert event["group"] == "events.k8s.io"
+    assert settled(api_server, "web", ["192.0.2.7"])()
+    assert status_patches(api_server) == []
