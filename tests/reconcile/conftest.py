@@ -19,21 +19,14 @@ def memory_api() -> MemoryAPI:
 
 
 @pytest.fixture
-def api_server() -> Iterator[FakeApiServer]:
-    """The fake Kubernetes API server over HTTP (tests/fakeapi), started per test."""
-    with FakeApiServer() as server:
-        yield server
-
-
-@pytest.fixture
-def kubectl(api_server: FakeApiServer) -> Iterator[Kubectl]:
-    with Kubectl(api_server.url) as client:
+def kubectl(fake_api: FakeApiServer) -> Iterator[Kubectl]:
+    with Kubectl(fake_api.url) as client:
         yield client
 
 
 @pytest.fixture
-def run_controller(api_server: FakeApiServer) -> Iterator[Callable[..., Controller]]:
-    """Start Controllers in-process against ``api_server`` (stopped at teardown).
+def run_controller(fake_api: FakeApiServer) -> Iterator[Callable[..., Controller]]:
+    """Start Controllers in-process against ``fake_api`` (stopped at teardown).
 
     Each gets its own ApiClient whose User-Agent is its identity, so the fake's request log
     tells who wrote what.
@@ -41,7 +34,7 @@ def run_controller(api_server: FakeApiServer) -> Iterator[Callable[..., Controll
     controllers: list[Controller] = []
 
     def _run(identity: str = "pod-a", **overrides: Any) -> Controller:
-        client = api_server.client()
+        client = fake_api.client()
         client.user_agent = identity
         controller = Controller(
             settings=fast_settings(**overrides), api_client=client, identity=identity

@@ -29,10 +29,10 @@ RunController = Callable[..., Controller]
 PATCH_STATUS = "patch services/status"
 
 
-def status_patches(api_server: FakeApiServer, *, name: str | None = None) -> list[dict[str, Any]]:
+def status_patches(fake_api: FakeApiServer, *, name: str | None = None) -> list[dict[str, Any]]:
     return [
         r
-        for r in api_server.request_log()
+        for r in fake_api.request_log()
         if r["verb"] == "patch"
         and r["resource"] == "services"
         and r["subresource"] == "status"
@@ -57,8 +57,8 @@ def reconciles() -> float:
     return REGISTRY.get_sample_value("controller_runtime_reconcile_total", labels) or 0.0
 
 
-def seed_three_nodes(api_server: FakeApiServer) -> None:
-    api_server.seed(
+def seed_three_nodes(fake_api: FakeApiServer) -> None:
+    fake_api.seed(
         [
             node("w1", internal=["10.0.0.1"]),
             node("w2", internal=["10.0.0.2"]),
@@ -68,25 +68,25 @@ def seed_three_nodes(api_server: FakeApiServer) -> None:
 
 
 def test_kind_4node_gets_exactly_the_expected_ingress(
-    api_server: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
 ) -> None:
-    api_server.seed(files=[str(CASE / "cluster.yaml")])
+    fake_api.seed(files=[str(CASE / "cluster.yaml")])
     _, expected = kind_4node()
     controller = run_controller()
     wait_until(controller.ready, what="caches synced")
     for key, ips in expected.items():
         name = key.split("/")[1]
         if ips is not None:
-            wait_until(settled(api_server, name, ips), what=f"{key} = {ips}")
-    assert settled(api_server, "other-class", ["203.0.113.10"])()
-    assert status_patches(api_server, name="other-class") == []
-    assert api_server.requests()[PATCH_STATUS] == 4, "one write per managed Service"
+            wait_until(settled(fake_api, name, ips), what=f"{key} = {ips}")
+    assert settled(fake_api, "other-class", ["203.0.113.10"])()
+    assert status_patches(fake_api, name="other-class") == []
+    assert fake_api.requests()[PATCH_STATUS] == 4, "one write per managed Service"
 
 
 def test_operator_edits_converge(
-    api_server: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
 ) -> None:
-    seed_three_nodes(api_server)
+    seed_three_nodes(fake_api)
     kubectl.create("services", service("web"))
     kubectl.create("services", service("local", local=True))
     kubectl.create("endpointslices", endpoint_slice("local", nodes=["w2", "w3"]))
@@ -189,27 +189,27 @@ def test_operator_edits_converge(
     ]
     for what, action, web, local in steps:
         action()
-        wait_until(settled(api_server, "web", web), what=f"{what}: web = {web}")
-        wait_until(settled(api_server, "local", local), what=f"{what}: local = {local}")
-    writes = api_server.requests()[PATCH_STATUS]
+        wait_until(settled(fake_api, "web", web), what=f"{what}: web = {web}")
+        wait_until(settled(fake_api, "local", local), what=f"{what}: local = {local}")
+    writes = fake_api.requests()[PATCH_STATUS]
     assert writes <= 2 * len(steps), f"{writes} status writes for {len(steps)} steps"
 
 
 def test_a_heartbeat_causes_no_reconcile_and_no_write(
-    api_server: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
 ) -> None:
-    seed_three_nodes(api_server)
+    seed_three_nodes(fake_api)
     kubectl.create("services", service("web"))
     controller = run_controller()
-    wait_until(settled(api_server, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
-    adds, writes = controller.queue_adds(), api_server.requests()[PATCH_STATUS]
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    adds, writes = controller.queue_adds(), fake_api.requests()[PATCH_STATUS]
     heartbeat = node("w1", internal=["10.0.0.1"], heartbeat="2031-01-01T00:00:00Z")
     kubectl.patch("nodes", "w1", {"status": heartbeat["status"]}, sub="status")
     kubectl.create("services", service("marker", lb_class="example.com/other"))
     wait_until(lambda: controller.cache.service("default", "marker"), what="marker seen")
     assert controller.cache.nodes()  # the heartbeat was seen before the marker (same stream order)
     assert controller.queue_adds() == adds + 1, "only the marker Service was enqueued"
-    assert api_server.requests()[PATCH_STATUS] == writes
+    assert fake_api.requests()[PATCH_STATUS] == writes
 
 
 @pytest.mark.parametrize(
@@ -218,116 +218,116 @@ def test_a_heartbeat_causes_no_reconcile_and_no_write(
     ids=["409 conflicts on status writes", "500s on status writes", "503s on status writes"],
 )
 def test_failed_status_writes_are_retried_with_backoff(
-    api_server: FakeApiServer,
+    fake_api: FakeApiServer,
     kubectl: Kubectl,
     run_controller: RunController,
     status: int,
     times: int,
 ) -> None:
-    seed_three_nodes(api_server)
+    seed_three_nodes(fake_api)
     kubectl.create("services", service("web"))
-    api_server.fail(method="PATCH", path="*/services/web/status", status=status, times=times)
+    fake_api.fail(method="PATCH", path="*/services/web/status", status=status, times=times)
     run_controller()
-    wait_until(settled(api_server, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
-    assert api_server.requests()[PATCH_STATUS] == times + 1, "one retry per failure, no storm"
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    assert fake_api.requests()[PATCH_STATUS] == times + 1, "one retry per failure, no storm"
 
 
 def test_dropped_watches_and_410_on_re_watch_lose_no_update(
-    api_server: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
 ) -> None:
-    seed_three_nodes(api_server)
+    seed_three_nodes(fake_api)
     kubectl.create("services", service("web"))
     controller = run_controller()
-    wait_until(settled(api_server, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
     nodes_informer = next(i for i in controller.informers if i.kind == "nodes")
-    api_server.drop_watches()
+    fake_api.drop_watches()
     kubectl.delete("nodes", "w3")
-    wait_until(settled(api_server, "web", ["10.0.0.1", "10.0.0.2"]), what="after a dropped watch")
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2"]), what="after a dropped watch")
     assert nodes_informer.lists == 1, "a dropped watch resumes from its resourceVersion"
 
     # The re-watch is held up while a Node changes and etcd is compacted: it resumes from a
     # resourceVersion that no longer exists and gets 410 Gone, so the informer re-lists.
-    api_server.add_latency(0.5, method="GET", path="/api/v1/nodes")
-    api_server.drop_watches()
+    fake_api.add_latency(0.5, method="GET", path="/api/v1/nodes")
+    fake_api.drop_watches()
     kubectl.patch("nodes", "w2", {"metadata": {"labels": {EXCLUDE: ""}}})
-    api_server.compact()
+    fake_api.compact()
     wait_until(lambda: nodes_informer.lists == 2, what="re-list after 410")
-    api_server.clear_latency()
-    wait_until(settled(api_server, "web", ["10.0.0.1"]), what="after 410 Gone")
+    fake_api.clear_latency()
+    wait_until(settled(fake_api, "web", ["10.0.0.1"]), what="after 410 Gone")
 
 
 def test_api_unavailable_for_a_while_converges_afterwards(
-    api_server: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
 ) -> None:
-    seed_three_nodes(api_server)
+    seed_three_nodes(fake_api)
     kubectl.create("services", service("web"))
     controller = run_controller()
-    wait_until(settled(api_server, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
     kubectl.patch("nodes", "w1", {"metadata": {"labels": {EXCLUDE: ""}}})
-    api_server.fail(path="/api*", status=503, times=30)
-    api_server.drop_watches()
-    wait_until(settled(api_server, "web", ["10.0.0.2", "10.0.0.3"]), timeout=20, what="recovered")
+    fake_api.fail(path="/api*", status=503, times=30)
+    fake_api.drop_watches()
+    wait_until(settled(fake_api, "web", ["10.0.0.2", "10.0.0.3"]), timeout=20, what="recovered")
     assert controller.healthy()[0]
     # Retries back off exponentially from 5 ms: an outage of up to 20 s allows at most
     # log2(20 / 0.005) ≈ 12 failed attempts; a hot loop would make hundreds.
-    assert api_server.requests()[PATCH_STATUS] <= 2 + 12
+    assert fake_api.requests()[PATCH_STATUS] <= 2 + 12
 
 
 def test_only_the_leader_writes_and_a_standby_takes_over(
-    api_server: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
 ) -> None:
-    seed_three_nodes(api_server)
+    seed_three_nodes(fake_api)
     kubectl.create("services", service("web"))
     a = run_controller("pod-a")
     wait_until(a.is_leader, what="pod-a leads")
     b = run_controller("pod-b")
-    wait_until(settled(api_server, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
     wait_until(b.ready, what="pod-b synced")
     kubectl.delete("nodes", "w3")
-    wait_until(settled(api_server, "web", ["10.0.0.1", "10.0.0.2"]), what="w3 gone")
-    assert {r["user_agent"] for r in status_patches(api_server)} == {"pod-a"}
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2"]), what="w3 gone")
+    assert {r["user_agent"] for r in status_patches(fake_api)} == {"pod-a"}
     assert not b.is_leader()
 
     a.stop(timeout=5)  # graceful: the Lease is released
     kubectl.delete("nodes", "w2")
-    wait_until(settled(api_server, "web", ["10.0.0.1"]), timeout=5, what="pod-b took over")
+    wait_until(settled(fake_api, "web", ["10.0.0.1"]), timeout=5, what="pod-b took over")
     assert b.is_leader()
-    assert {r["user_agent"] for r in status_patches(api_server)} == {"pod-a", "pod-b"}
+    assert {r["user_agent"] for r in status_patches(fake_api)} == {"pod-a", "pod-b"}
 
 
 def test_a_killed_leader_is_replaced_within_the_lease_duration(
-    api_server: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
 ) -> None:
-    seed_three_nodes(api_server)
+    seed_three_nodes(fake_api)
     kubectl.create("services", service("web"))
     a = run_controller("pod-a")
     wait_until(a.is_leader, what="pod-a leads")
     b = run_controller("pod-b")
     wait_until(b.ready, what="pod-b synced")
     a.stop(timeout=5, release=False)  # as if the process died: the Lease stays pod-a's
-    lease = api_server.get("leases.coordination.k8s.io", "node-ipam-lb", "kube-system")
+    lease = fake_api.get("leases.coordination.k8s.io", "node-ipam-lb", "kube-system")
     assert lease is not None and lease["spec"]["holderIdentity"] == "pod-a"
     kubectl.delete("nodes", "w3")
     wait_until(b.is_leader, timeout=3, what="pod-b leads after lease expiry (1 s)")
-    wait_until(settled(api_server, "web", ["10.0.0.1", "10.0.0.2"]), what="pod-b writes")
-    lease = api_server.get("leases.coordination.k8s.io", "node-ipam-lb", "kube-system")
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2"]), what="pod-b writes")
+    lease = fake_api.get("leases.coordination.k8s.io", "node-ipam-lb", "kube-system")
     assert lease is not None
     assert lease["spec"]["holderIdentity"] == "pod-b"
     assert lease["spec"]["leaseTransitions"] == 1
 
 
 def test_a_malformed_annotation_warns_once_and_leaves_the_status_alone(
-    api_server: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
 ) -> None:
-    seed_three_nodes(api_server)
+    seed_three_nodes(fake_api)
     broken = service("web", selector="zone in (a", ingress=["192.0.2.7"])
-    api_server.seed([broken])
+    fake_api.seed([broken])
     run_controller()
-    wait_until(lambda: api_server.requests().get("create events", 0) == 1, what="one Event")
+    wait_until(lambda: fake_api.requests().get("create events", 0) == 1, what="one Event")
     before = reconciles()
     kubectl.patch("services", "web", {"metadata": {"labels": {"touched": "yes"}}})
     wait_until(lambda: reconciles() > before, what="the edited Service reconciled again")
-    [event] = [r for r in api_server.request_log() if r["resource"] == "events"]
+    [event] = [r for r in fake_api.request_log() if r["resource"] == "events"]
     assert event["group"] == "events.k8s.io"
-    assert settled(api_server, "web", ["192.0.2.7"])()
-    assert status_patches(api_server) == []
+    assert settled(fake_api, "web", ["192.0.2.7"])()
+    assert status_patches(fake_api) == []

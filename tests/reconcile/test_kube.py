@@ -22,9 +22,9 @@ def test_no_server_is_an_api_error_with_status_0() -> None:
     assert err.value.status == 0
 
 
-def test_an_error_status_carries_the_api_message(api_server: FakeApiServer) -> None:
-    api = KubernetesAPI(api_server.client())
-    api_server.fail(method="PATCH", path="*", status=409, message="the object has been modified")
+def test_an_error_status_carries_the_api_message(fake_api: FakeApiServer) -> None:
+    api = KubernetesAPI(fake_api.client())
+    fake_api.fail(method="PATCH", path="*", status=409, message="the object has been modified")
     with pytest.raises(ApiError) as err:
         api.patch_service_status(namespace="default", name="web", patch={})
     assert (err.value.status, err.value.reason) == (409, "the object has been modified")
@@ -32,9 +32,9 @@ def test_an_error_status_carries_the_api_message(api_server: FakeApiServer) -> N
 
 
 def test_a_watch_streams_raw_events_and_closes_from_another_thread(
-    api_server: FakeApiServer,
+    fake_api: FakeApiServer,
 ) -> None:
-    api = KubernetesAPI(api_server.client())
+    api = KubernetesAPI(fake_api.client())
     version = api.list_page("nodes", limit=10, continue_token=None)["metadata"]["resourceVersion"]
     stream = api.watch("nodes", resource_version=version, timeout_seconds=60)
     seen: list[tuple[str, str]] = []
@@ -45,7 +45,7 @@ def test_a_watch_streams_raw_events_and_closes_from_another_thread(
 
     reader = threading.Thread(target=consume)
     reader.start()
-    api_server.seed([node("w1", internal=["10.0.0.1"])])
+    fake_api.seed([node("w1", internal=["10.0.0.1"])])
     wait_until(lambda: ("ADDED", "w1") in seen, what="ADDED event")
     stream.close()
     reader.join(5)

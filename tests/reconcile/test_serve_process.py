@@ -73,7 +73,7 @@ class Replica:
 
 
 @pytest.fixture
-def replicas(api_server: FakeApiServer, tmp_path: Path) -> Iterator[list[Replica]]:
+def replicas(fake_api: FakeApiServer, tmp_path: Path) -> Iterator[list[Replica]]:
     started: list[Replica] = []
     yield started
     for replica in started:
@@ -92,35 +92,35 @@ def ingress(server: FakeApiServer, name: str) -> list[str]:
 
 @pytest.mark.slow
 def test_two_serve_replicas_elect_one_writer_and_hand_over_when_it_dies(
-    api_server: FakeApiServer, replicas: list[Replica], tmp_path: Path
+    fake_api: FakeApiServer, replicas: list[Replica], tmp_path: Path
 ) -> None:
-    api_server.seed(files=[str(CASE / "cluster.yaml")])
+    fake_api.seed(files=[str(CASE / "cluster.yaml")])
     _, expected = kind_4node()
-    replicas += [Replica(api_server, tmp_path, "pod-a"), Replica(api_server, tmp_path, "pod-b")]
+    replicas += [Replica(fake_api, tmp_path, "pod-a"), Replica(fake_api, tmp_path, "pod-b")]
     for replica in replicas:
         wait_until(replica.ready, timeout=30, what=f"{replica.log.name} ready")
     for key, ips in expected.items():
         name = key.split("/")[1]
         want = ["203.0.113.10"] if ips is None else ips
-        wait_until(lambda n=name, w=want: ingress(api_server, n) == w, what=f"{key} = {want}")
-    assert api_server.requests()["patch services/status"] == 4, "exactly one replica wrote"
+        wait_until(lambda n=name, w=want: ingress(fake_api, n) == w, what=f"{key} = {want}")
+    assert fake_api.requests()["patch services/status"] == 4, "exactly one replica wrote"
     metrics = replicas[0].get("/metrics")
     assert metrics is not None and "controller_runtime_reconcile_total" in metrics.text
 
-    leader = next(r for r in replicas if holder(api_server).startswith(r.log.stem))
+    leader = next(r for r in replicas if holder(fake_api).startswith(r.log.stem))
     standby = next(r for r in replicas if r is not leader)
     leader.end(signal.SIGKILL)
-    assert holder(api_server).startswith(leader.log.stem), "a killed leader releases nothing"
-    api_server.seed([node("kind-worker3", internal=["10.89.0.99"])])
+    assert holder(fake_api).startswith(leader.log.stem), "a killed leader releases nothing"
+    fake_api.seed([node("kind-worker3", internal=["10.89.0.99"])])
     wait_until(
-        lambda: holder(api_server).startswith(standby.log.stem),
+        lambda: holder(fake_api).startswith(standby.log.stem),
         timeout=6,
         what="the standby holds the Lease (lease duration 2 s)",
     )
     wait_until(
-        lambda: ingress(api_server, "nginx-cluster") == ["10.89.0.6", "10.89.0.7", "10.89.0.99"],
+        lambda: ingress(fake_api, "nginx-cluster") == ["10.89.0.6", "10.89.0.7", "10.89.0.99"],
         what="the new leader writes",
     )
 
     assert standby.end(signal.SIGTERM) == 0
-    assert holder(api_server) == "", "SIGTERM releases the Lease"
+    assert holder(fake_api) == "", "SIGTERM releases the Lease"
