@@ -59,6 +59,8 @@ class Controller:
             api_client, request_timeout=settings.request_timeout_seconds
         )
         self._selection = settings.selection()
+        # --no-reconciler, or Cilium's --enable-node-ipam=false: watch, never write.
+        self._writes = settings.reconciler and settings.enable_node_ipam
         self.queue = WorkQueue()
         self._lock = threading.Lock()
         self._managed: dict[str, ServiceView] = {}
@@ -111,8 +113,8 @@ class Controller:
 
     def start(self) -> None:
         """Start informers, leader election and workers on daemon threads; returns at once.
-        With ``settings.reconciler`` false there are no workers and nothing is enqueued: the
-        cache serves admission and preview, and no status is ever written."""
+        With ``settings.reconciler`` or ``enable_node_ipam`` false there are no workers and
+        nothing is enqueued: the cache serves admission and preview, no status is written."""
         if self._started:
             return
         self._started = True
@@ -125,7 +127,7 @@ class Controller:
         )
         for informer in self.informers:
             informer.start()
-        for index in range(self.settings.workers if self.settings.reconciler else 0):
+        for index in range(self.settings.workers if self._writes else 0):
             thread = threading.Thread(target=self._work, name=f"reconcile-{index}", daemon=True)
             thread.start()
             self._workers.append(thread)
@@ -183,7 +185,7 @@ class Controller:
         return self._adds
 
     def _enqueue(self, keys: Iterable[str]) -> None:
-        if self.settings.reconciler and self._enqueued_after_sync and self.is_leader():
+        if self._writes and self._enqueued_after_sync and self.is_leader():
             for key in keys:
                 self._adds += 1
                 self.queue.add(key)
@@ -196,9 +198,7 @@ class Controller:
     def _enqueue_all(self) -> None:
         """Enqueue every Service once per leadership term, as soon as the caches are synced."""
         with self._lock:
-            if self._term_enqueued or not (
-                self.settings.reconciler and self.cache.synced and self.is_leader()
-            ):
+            if self._term_enqueued or not (self._writes and self.cache.synced and self.is_leader()):
                 return
             self._term_enqueued = True
         for service in self.cache.services():

@@ -193,12 +193,15 @@ def test_a_not_ready_node_is_dropped_when_its_grace_period_runs_out(
     assert memory_api.calls["patch services/status"] == 2, "first both nodes, then only w2"
 
 
-def test_no_reconciler_keeps_the_cache_but_never_writes(
-    memory_api: MemoryAPI, start: Start
+@pytest.mark.parametrize(
+    "setting", ["reconciler", "enable_node_ipam"], ids=["--no-reconciler", "enable-node-ipam=false"]
+)
+def test_writes_switched_off_keep_the_cache_but_never_write(
+    memory_api: MemoryAPI, start: Start, setting: str
 ) -> None:
     memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
     memory_api.apply("services", service("web"))
-    controller = start(reconciler=False)
+    controller = start(**{setting: False})
     wait_until(controller.ready, what="cache synced")
     memory_api.apply("services", service("marker", lb_class="other"))
     wait_until(lambda: controller.cache.service("default", "marker"), what="marker seen")
