@@ -84,6 +84,8 @@ def summary(out: Path, *, top: int = 15) -> str:
     lines = [f"py-spy: {total} samples (active threads); self / inclusive share:"]
     lines.append("  self:")
     lines += [f"    {n / total:6.1%}  {name}" for name, n in own.most_common(top)]
-    lines.append("  inclusive:")
-    lines += [f"    {n / total:6.1%}  {name}" for name, n in inclusive.most_common(top)]
+    # Frames on (nearly) every stack (thread bootstrap, event loop, CLI) say nothing.
+    telling = [(name, n) for name, n in inclusive.most_common() if n < 0.8 * total]
+    lines.append("  inclusive (frames on fewer than 80% of the samples):")
+    lines += [f"    {n / total:6.1%}  {name}" for name, n in telling[:top]]
     return "\n".join(lines)
