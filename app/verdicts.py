@@ -62,7 +62,8 @@ def new_verdict(node: NodeView, key: VerdictKey) -> NodeVerdict:
     )
     if code == "Selected":
         kind, mask = arg
-        ips = [a.ip for a in node.addresses if a.type == kind and FAMILY_BIT[a.family] & mask]
+        entries = node.external_entries if kind == "ExternalIP" else node.internal_entries
+        ips = [ip for bit, _, ip in entries if bit & mask]
         reason = f"advertised: {kind} {', '.join(ips)}{invalid}"
     elif code == "NotReady":
         reason = f"Ready condition not True for longer than the {arg[0]:g}s grace period"

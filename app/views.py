@@ -87,7 +87,7 @@ class NodeView:
     ``None``; ``external_families`` / ``internal_families`` are bit masks (IPv4=1, IPv6=2)
     of the families the node has ExternalIPs / InternalIPs of, and ``external_entries`` /
     ``internal_entries`` those addresses as ``(family bit, integer value, text)``, in API
-    order. ``verdict_cache`` memoises
+    order, each address once (two spellings of one address collapse). ``verdict_cache`` memoises
     the node's :class:`app.nodeipam.NodeVerdict` objects, so 5,000-node selections
     allocate nothing per node.
     """
@@ -121,12 +121,8 @@ class NodeView:
             predicate = "ExcludedByLabel"
         elif AUTOSCALER_TAINT in self.taint_keys:
             predicate = "AutoscalerTaint"
-        external = tuple(
-            (FAMILY_BIT[a.family], a.value, a.ip) for a in self.addresses if a.type == "ExternalIP"
-        )
-        internal = tuple(
-            (FAMILY_BIT[a.family], a.value, a.ip) for a in self.addresses if a.type == "InternalIP"
-        )
+        external = _entries(self.addresses, "ExternalIP")
+        internal = _entries(self.addresses, "InternalIP")
         object.__setattr__(self, "predicate", predicate)
         object.__setattr__(self, "external_entries", external)
         object.__setattr__(self, "internal_entries", internal)
@@ -214,6 +210,16 @@ def _epoch(value: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def _entries(addresses: tuple[NodeAddress, ...], kind: str) -> tuple[tuple[int, int, str], ...]:
+    """``(family bit, integer value, text)`` of the ``kind`` addresses, in API order, each
+    address once: ``::ffff:10.0.0.9`` and ``10.0.0.9`` are one address (canonical text)."""
+    entries: dict[tuple[int, int], str] = {}
+    for a in addresses:
+        if a.type == kind:
+            entries.setdefault((FAMILY_BIT[a.family], a.value), a.ip)
+    return tuple((bit, value, ip) for (bit, value), ip in entries.items())
 
 
 def _addresses(raw: list[Any]) -> tuple[tuple[NodeAddress, ...], tuple[str, ...]]:

@@ -14,7 +14,7 @@ from app.views import (
     node_view,
     service_view,
 )
-from tests.core.builders import NOW, node_obj, service_obj
+from tests.core.builders import NOW, node_obj, run, service, service_obj
 
 
 @pytest.mark.parametrize(
@@ -217,3 +217,21 @@ def test_endpoint_slice_without_endpoints() -> None:
     view = endpoint_slice_view({"metadata": {"name": "s"}, "endpoints": None})
     assert view.ready_node_names == frozenset()
     assert view.service_name is None
+
+
+def test_node_view_lists_each_address_once_whatever_its_spelling() -> None:
+    obj = node_obj(
+        "n1",
+        internal=["10.0.0.10", "::ffff:10.0.0.9", "2001:db8::1", "10.0.0.9", "2001:DB8::1"],
+        external=["203.0.113.1", "203.0.113.1"],
+    )
+    view = node_view(obj)
+    assert [ip for _, _, ip in view.internal_entries] == ["10.0.0.10", "10.0.0.9", "2001:db8::1"]
+    assert [ip for _, _, ip in view.external_entries] == ["203.0.113.1"]
+
+
+def test_selected_reason_names_each_advertised_address_once() -> None:
+    n1 = node_view(node_obj("n1", internal=["10.0.0.10", "::ffff:10.0.0.9", "10.0.0.9"]))
+    selection = run(service(), [n1])
+    assert [e["ip"] for e in selection.ingress or ()] == ["10.0.0.9", "10.0.0.10"]
+    assert selection.nodes[0].reason == "advertised: InternalIP 10.0.0.10, 10.0.0.9"
