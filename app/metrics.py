@@ -71,7 +71,7 @@ EVENTS_EMITTED = Counter(
 )
 CERTIFICATE_EXPIRY = Gauge(
     "node_ipam_lb_serving_certificate_expiry_timestamp_seconds",
-    "notAfter of the self-managed serving certificate this replica serves, in Unix seconds.",
+    "notAfter of the serving certificate this replica serves, in Unix seconds.",
     registry=REGISTRY,
 )
 CERTIFICATE_WRITES = Counter(

@@ -27,6 +27,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from app import metrics
+
 log = logging.getLogger("node_ipam_lb.tls")
 
 CA_VALIDITY = datetime.timedelta(days=3650)
@@ -175,7 +177,9 @@ class ReloadingContext:
     measured with ``clock``) it compares the files'
     (mtime, size, inode) and, when they changed, loads them into a fresh context that the
     handshake in progress and all later ones switch to. A half-written or mismatched pair
-    is logged and the previous certificate is kept until the next check.
+    is logged and the previous certificate is kept until the next check. Every load sets
+    ``node_ipam_lb_serving_certificate_expiry_timestamp_seconds`` to the served
+    certificate's ``notAfter``.
 
     Raises (constructor):
         ssl.SSLError, OSError: the initial files cannot be loaded.
@@ -206,8 +210,10 @@ class ReloadingContext:
         return tuple((s.st_mtime_ns, s.st_size, s.st_ino) for s in stats)
 
     def _load(self) -> ssl.SSLContext:
+        cert_pem = self._cert_file.read_bytes()
         context = server_context()
         context.load_cert_chain(certfile=self._cert_file, keyfile=self._key_file)
+        _record_expiry(cert_pem)
         return context
 
     def maybe_reload(self) -> bool:
@@ -236,6 +242,17 @@ class ReloadingContext:
         self.maybe_reload()
         if self._current is not self.context:
             connection.context = self._current
+
+
+def _record_expiry(cert_pem: bytes) -> None:
+    """Set the serving-certificate expiry gauge to the leaf's ``notAfter`` (Unix seconds),
+    whoever wrote the file (generated at start-up, cert-manager, certsync)."""
+    try:
+        leaf = x509.load_pem_x509_certificates(cert_pem)[0]
+    except (ValueError, IndexError) as err:  # loaded by OpenSSL, so only a race gets here
+        log.warning("cannot read the serving certificate's expiry: %s", err)
+        return
+    metrics.CERTIFICATE_EXPIRY.set(leaf.not_valid_after_utc.timestamp())
 
 
 def _sans(names: Sequence[str]) -> list[x509.GeneralName]:

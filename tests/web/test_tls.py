@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from app import tls
+from app import metrics, tls
 
 
 class Clock:
@@ -138,3 +138,33 @@ def test_generation_at_a_given_time_is_deterministic_in_its_dates() -> None:
     assert serving.certificate.not_valid_after_utc == ca.certificate.not_valid_after_utc, (
         "a serving certificate never outlives its CA"
     )
+
+
+def expiry_metric() -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "node_ipam_lb_serving_certificate_expiry_timestamp_seconds"
+    )
+    assert value is not None
+    return value
+
+
+def test_expiry_metric_follows_the_served_certificate_files(tmp_path: Path) -> None:
+    """Certificates from files (cert-manager, --tls-cert-file) set the expiry gauge on load
+    and on every reload, not only self-managed ones (deploy/README.md alert)."""
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+    ca = tls.generate_ca()
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    first = tls.generate_serving_cert(ca, ["127.0.0.1"], datetime.timedelta(days=90), now=start)
+    tls.write_key_pair(first, cert_path=cert_file, key_path=key_file)
+    metrics.CERTIFICATE_EXPIRY.set(0)
+    clock = Clock()
+    reloading = tls.ReloadingContext(
+        cert_file=cert_file, key_file=key_file, check_seconds=5, clock=clock
+    )
+    assert expiry_metric() == first.certificate.not_valid_after_utc.timestamp()
+
+    second = tls.generate_serving_cert(ca, ["127.0.0.1"], datetime.timedelta(days=30), now=start)
+    tls.write_key_pair(second, cert_path=cert_file, key_path=key_file)
+    clock.now = 5
+    assert reloading.maybe_reload()
+    assert expiry_metric() == second.certificate.not_valid_after_utc.timestamp()
