@@ -318,4 +318,8 @@ def start_serve(
         *flags,
     )
     process = Process(name=name, argv=argv, log=workdir / f"{name}.log", env=dict(env or {}))
-    return Serve(process, port, ca)
+    try:
+        return Serve(process, port, ca)
+    except BaseException:
+        process.stop()
+        raise
