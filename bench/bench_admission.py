@@ -243,7 +243,11 @@ def bench_serve(
         nodes=[make_node(i, scale) for i in range(nodes)], services=[], endpoint_slices=[]
     )
     fakeapi = start_fakeapi(objects=cluster.objects(), workdir=workdir)
-    serve = start_serve(kubeconfig=fakeapi.kubeconfig, workdir=workdir)
+    try:
+        serve = start_serve(kubeconfig=fakeapi.kubeconfig, workdir=workdir)
+    except BaseException:
+        fakeapi.stop()
+        raise
     try:
         wait_for(serve.ready, timeout=120, what="serve /readyz")
         url = f"{serve.url}/validate"
