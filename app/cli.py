@@ -19,6 +19,8 @@ cli = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 100},
 )
 
 
@@ -34,6 +36,7 @@ def preview(
         typer.Option(
             "-f",
             "--filename",
+            metavar="FILE",
             help="Cluster dump (kubectl get nodes,services,"
             "endpointslices -A -o yaml|json); '-' reads stdin. Repeatable.",
         ),
@@ -42,14 +45,26 @@ def preview(
     default_lb_service_ipam: Annotated[
         str, typer.Option(help="Who handles class-less Services: lbipam, nodeipam, none")
     ] = "lbipam",
-    load_balancer_class: Annotated[str, typer.Option()] = LOAD_BALANCER_CLASS,
+    load_balancer_class: Annotated[
+        str, typer.Option(help="Our loadBalancerClass")
+    ] = LOAD_BALANCER_CLASS,
     per_node_address_fallback: Annotated[
-        bool, typer.Option(help="Nodes without an ExternalIP contribute their InternalIP")
+        bool,
+        typer.Option(
+            help="Nodes without an ExternalIP contribute their InternalIP (default off)",
+            show_default=False,
+        ),
     ] = False,
     exclude_not_ready_nodes: Annotated[
-        bool, typer.Option(help="Drop nodes NotReady for longer than the grace period")
+        bool,
+        typer.Option(
+            help="Drop nodes NotReady for longer than the grace period (default off)",
+            show_default=False,
+        ),
     ] = False,
-    not_ready_grace_seconds: Annotated[float, typer.Option()] = 60.0,
+    not_ready_grace_seconds: Annotated[
+        float, typer.Option(help="NotReady grace period, seconds")
+    ] = 60.0,
     ip_mode: Annotated[str, typer.Option(help="ipMode of the entries: VIP or Proxy")] = "VIP",
 ) -> None:
     """Show the ingress each Service of a cluster dump gets, offline (DESIGN.md §8)."""
@@ -160,7 +175,10 @@ cli.add_typer(certs, name="certs")
 @certs.command("generate")
 def certs_generate(
     dns_name: Annotated[
-        list[str], typer.Option("--dns-name", help="DNS name or IP of the server. Repeatable.")
+        list[str],
+        typer.Option(
+            "--dns-name", metavar="NAME", help="DNS name or IP of the server. Repeatable."
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", help="Directory for ca.crt, tls.crt, tls.key")],
 ) -> None:

@@ -108,3 +108,43 @@ def test_console_script_prints_no_traceback_on_bad_settings() -> None:
         "node-ipam-lb serve: invalid setting: --ip-mode (NODE_IPAM_IP_MODE): Input should be"
         " 'VIP' or 'Proxy': 'Tunnel'"
     ]
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        (
+            ["preview"],
+            [
+                "--filename",
+                "--default-lb-service-ipam",
+                "--load-balancer-class",
+                "--per-node-address-fallback",
+                "--no-exclude-not-ready-nodes",
+                "--not-ready-grace-seconds",
+                "--ip-mode",
+            ],
+        ),
+        (
+            ["serve"],
+            [
+                "--tls-private-key-file",
+                "--match-node-labels-annotation",
+                "--no-per-node-address-fallback",
+                "--webhook-configuration-name",
+                "--cert-check-interval-seconds",
+            ],
+        ),
+        (["certs", "generate"], ["--dns-name", "--out"]),
+    ],
+    ids=["preview", "serve", "certs generate"],
+)
+def test_help_at_80_columns_shows_every_option_name_in_full(
+    command: list[str], options: list[str]
+) -> None:
+    result = CliRunner().invoke(cli, [*command, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    assert "…" not in result.output
+    for option in options:
+        assert f"{option} " in result.output or f"{option}\n" in result.output, option
