@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.kube import Kind
-from app.selector import Selector
+from app.nodeindex import NodeIndex
 from app.views import EndpointSliceView, NodeView, ServiceView
 
 KINDS: tuple[Kind, ...] = ("nodes", "services", "endpointslices")
@@ -40,7 +40,7 @@ class ClusterCache:
         self._slices_by_service: dict[str, dict[str, EndpointSliceView]] = {}
         self._synced: set[Kind] = set()
         self._nodes_snapshot: list[NodeView] | None = None
-        self._matching: dict[Selector, list[NodeView]] = {}
+        self._node_index: NodeIndex | None = None
 
     @property
     def synced(self) -> bool:
@@ -61,20 +61,20 @@ class ClusterCache:
                 self._nodes_snapshot = list(self._stores["nodes"].values())
             return self._nodes_snapshot
 
-    def nodes_matching(self, selector: Selector) -> list[NodeView]:
-        """The Nodes whose labels ``selector`` matches, memoised per selector until the next
-        Node change (Services sharing a selector share one pass over the Nodes). Read-only,
-        like :meth:`nodes`."""
+    def node_index(self) -> NodeIndex:
+        """All Nodes as a :class:`~app.nodeindex.NodeIndex` for :func:`app.nodeipam.select`:
+        one per Node snapshot, shared by every caller until the next Node change, so
+        Services sharing a selector share one selector pass over the Nodes (the index
+        memoises it). Read-only, like :meth:`nodes`."""
         with self._lock:
-            hit = self._matching.get(selector)
-            if hit is not None:
-                return hit
+            if self._node_index is not None:
+                return self._node_index
         snapshot = self.nodes()
-        matching = [node for node in snapshot if selector.matches(node.labels)]
+        index = NodeIndex(snapshot)
         with self._lock:
             if self._nodes_snapshot is snapshot:
-                self._matching[selector] = matching
-        return matching
+                self._node_index = index
+        return index
 
     def service(self, namespace: str, name: str) -> ServiceView | None:
         """The Service ``namespace/name``, or ``None`` when it is not (or no longer) known."""
@@ -136,7 +136,7 @@ class ClusterCache:
                     self._index_slice_locked(key, None, view)
             elif kind == "nodes":
                 self._nodes_snapshot = None
-                self._matching = {}
+                self._node_index = None
             self._synced.add(kind)
             return changes
 
@@ -145,7 +145,7 @@ class ClusterCache:
     ) -> None:
         if kind == "nodes":
             self._nodes_snapshot = None
-            self._matching = {}
+            self._node_index = None
         elif kind == "endpointslices":
             self._index_slice_locked(key, old, new)
 

@@ -8,17 +8,20 @@ admission warnings all call these two functions and nothing else.
 Hot-path notes (target: 5,000 nodes well under 5 ms): addresses are parsed once in
 :func:`app.views.node_view`; selectors are parsed once per text (``parse_cached``);
 verdict objects are memoised on each :class:`~app.views.NodeView`, so a call creates no
-per-node object beyond a list slot and, for candidates, an index.
+per-node object beyond a list slot and, for candidates, an index. The selector is applied
+to Nodes in one place, :meth:`app.nodeindex.NodeIndex.match`, memoised per selector and
+Node snapshot when the caller passes a :class:`NodeIndex` (the reconciler does).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.config import SelectionSettings
+from app.nodeindex import NodeIndex, node_index
 from app.selector import Selector, SelectorError, parse_cached
 from app.verdicts import NodeVerdict, VerdictKey, family_names, new_verdict, selection_reason
 from app.views import (
@@ -32,7 +35,7 @@ from app.views import (
 
 LOAD_BALANCER = "LoadBalancer"
 LOCAL = "Local"
-__all__ = ["LOCAL", "NodeVerdict", "Selection", "is_managed", "select"]
+__all__ = ["LOCAL", "NodeIndex", "NodeVerdict", "Selection", "is_managed", "select"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,25 +151,22 @@ def _not_managed(service: ServiceView, why: str, settings: SelectionSettings) ->
 def _filter_nodes(
     *,
     nodes: Sequence[NodeView],
-    matches: Callable[[Mapping[str, str]], bool] | None,
+    matched: Sequence[int],
     ready_names: frozenset[str] | None,
     verdicts: list[NodeVerdict | None],
-) -> tuple[list[int], list[NodeView], int, int]:
-    """DESIGN.md §4.1-§4.3: selector, KEP-3458 predicates, eTP=Local endpoints.
+) -> tuple[list[int], list[NodeView], int]:
+    """DESIGN.md §4.2-§4.3: KEP-3458 predicates and eTP=Local endpoints, applied to the
+    ``matched`` positions of ``nodes`` (those the selector matches, §4.1, from
+    :meth:`NodeIndex.match`).
 
     Fills the verdict slot of every dropped node; returns the candidates' indices and
-    nodes, and how many nodes matched the selector and passed the predicates.
+    nodes, and how many matched nodes passed the predicates.
     """
     indices: list[int] = []
     candidates: list[NodeView] = []
-    matched = eligible = 0
-    for i, node in enumerate(nodes):
-        if matches is not None and not matches(node.labels):
-            verdicts[i] = node.verdict_cache.get("SelectorMismatch") or new_verdict(
-                node, "SelectorMismatch"
-            )
-            continue
-        matched += 1
+    eligible = 0
+    for i in matched:
+        node = nodes[i]
         predicate = node.predicate
         if predicate is not None:
             verdicts[i] = node.verdict_cache.get(predicate) or new_verdict(node, predicate)
@@ -179,7 +179,7 @@ def _filter_nodes(
             continue
         indices.append(i)
         candidates.append(node)
-    return indices, candidates, matched, eligible
+    return indices, candidates, eligible
 
 
 def _addresses(
@@ -224,7 +224,7 @@ def _addresses(
 def select(
     *,
     service: ServiceView,
-    nodes: Iterable[NodeView],
+    nodes: Iterable[NodeView] | NodeIndex,
     endpoint_slices: Iterable[EndpointSliceView],
     settings: SelectionSettings,
     now: float,
@@ -233,7 +233,9 @@ def select(
 
     Args:
         service: the Service; not managed (§3) gives ``managed=False``, ``ingress=None``.
-        nodes: every Node; verdicts come back in this order.
+        nodes: every Node, as any iterable of NodeViews or as a :class:`NodeIndex` (which
+            memoises the selector match per Node snapshot: the reconciler's form). Both
+            forms give equal Selections; verdicts come back in this order.
         endpoint_slices: EndpointSlices; only those of the Service's namespace labelled
             ``kubernetes.io/service-name=<name>`` are read, and only for eTP=Local.
         settings: the selection settings.
@@ -262,11 +264,14 @@ def select(
     families = _families(service, warnings)
     wanted = FAMILY_BIT[families[0]] | (FAMILY_BIT[families[1]] if len(families) > 1 else 0)
     local = service.external_traffic_policy == LOCAL
-    node_list = nodes if isinstance(nodes, Sequence) else list(nodes)
-    verdicts: list[NodeVerdict | None] = [None] * len(node_list)
-    indices, candidates, matched, eligible = _filter_nodes(
+    index = node_index(nodes)
+    node_list = index.nodes
+    match = index.match(selector)
+    verdicts = list(match.verdicts)
+    matched = len(match.indices)
+    indices, candidates, eligible = _filter_nodes(
         nodes=node_list,
-        matches=selector.matches if selector is not None else None,
+        matched=match.indices,
         ready_names=_ready_node_names(service, endpoint_slices) if local else None,
         verdicts=verdicts,
     )

@@ -38,9 +38,8 @@ from app.events import NORMAL, WARNING, EventRecorder, ServiceEvent
 from app.kube import ApiError, KubeAPI
 from app.logs import log_event
 from app.nodeipam import Selection, is_managed, select
-from app.selector import SelectorError, parse_cached
 from app.status import ingress_differs
-from app.views import NodeView, ServiceView
+from app.views import ServiceView
 
 LOG = logging.getLogger("node_ipam_lb.reconciler")
 
@@ -126,7 +125,7 @@ class Reconciler:
         now = self._wall()
         selection = select(
             service=service,
-            nodes=self._candidate_nodes(service),
+            nodes=self._cache.node_index(),
             endpoint_slices=self._cache.endpoint_slices(namespace, name),
             settings=self._settings,
             now=now,
@@ -145,25 +144,6 @@ class Reconciler:
         if selection.recheck_at is None:
             return None
         return max(selection.recheck_at - now, 0.0)
-
-    def _candidate_nodes(self, service: ServiceView) -> list[NodeView]:
-        """The Nodes to hand to :func:`select`: those the Service's selector matches (one
-        memoised pass per selector and Node set, :meth:`ClusterCache.nodes_matching`), else
-        all. ``select`` applies the selector again, so the ingress is the same either way;
-        only the ``SelectorMismatch`` verdicts, which the reconciler does not use, are left
-        out. With no match, or an unparsable selector, every Node is passed so the
-        Selection says why (no Node matches / the parse error)."""
-        text = service.match_node_labels
-        if text is not None:
-            try:
-                selector = parse_cached(text)
-            except SelectorError:
-                return self._cache.nodes()
-            if not selector.empty():
-                matching = self._cache.nodes_matching(selector)
-                if matching:
-                    return matching
-        return self._cache.nodes()
 
     def _stored(self, key: str, service: ServiceView) -> tuple[Mapping[str, Any], ...] | None:
         """The ingress the API server holds as far as we know: what we last wrote while the

@@ -34,6 +34,11 @@ def services_for_node_change(
 
     ``old``/``new`` are the Node before/after (``None``: added/deleted); ``managed`` the
     Services for which :func:`app.nodeipam.is_managed` holds.
+
+    This is event routing, not node selection: the selector is matched against the one
+    changed Node's old and new labels only to decide whether to *enqueue* a Service (a
+    superset is fine, "when in doubt, enqueue"). Which Nodes a Service gets is decided
+    solely by :func:`app.nodeipam.select` when the key is reconciled (DESIGN.md §1).
     """
     if old == new or (old is None and new is None):
         return []

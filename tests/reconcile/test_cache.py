@@ -47,14 +47,17 @@ def test_node_list_is_rebuilt_after_a_node_change() -> None:
     assert [n.name for n in first] == ["a"]
 
 
-def test_nodes_matching_a_selector_follow_label_changes() -> None:
+def test_node_index_is_shared_until_a_node_changes() -> None:
     from app.selector import parse
 
     cache = ClusterCache()
     cache.put("nodes", "a", node_view(node("a", labels={"pool": "edge"})))
     cache.put("nodes", "b", node_view(node("b", labels={"pool": "core"})))
     edge = parse("pool=edge")
-    assert [n.name for n in cache.nodes_matching(edge)] == ["a"]
-    assert cache.nodes_matching(edge) is cache.nodes_matching(edge), "memoised"
+    index = cache.node_index()
+    assert cache.node_index() is index, "one index per Node snapshot"
+    assert [n.name for n in index.nodes] == ["a", "b"]
+    assert list(index.match(edge).indices) == [0]
     cache.put("nodes", "b", node_view(node("b", labels={"pool": "edge"})))
-    assert [n.name for n in cache.nodes_matching(edge)] == ["a", "b"]
+    assert cache.node_index() is not index
+    assert list(cache.node_index().match(edge).indices) == [0, 1]

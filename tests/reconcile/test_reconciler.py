@@ -284,3 +284,25 @@ def test_a_change_back_before_our_write_is_seen_is_not_lost(world: World) -> Non
     world.apply("endpointslices", endpoint_slice("web", nodes=[]))
     world.reconciler.reconcile("default/web")
     assert world.api.ingress("default/web") == []
+
+
+def test_the_reconciler_explains_a_selection_exactly_like_preview(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """serve's log once said "from 1 of 1 node(s)" where preview said "from 1 of 4"."""
+    from app.nodeipam import select
+
+    world.apply("nodes", node("worker-3", internal=["10.0.0.3"]))
+    world.apply("services", service("web", selector="kubernetes.io/hostname=worker-2"))
+    with caplog.at_level("INFO", logger="node_ipam_lb.reconciler"):
+        world.reconcile("default/web")
+    preview = select(
+        service=service_view(service("web", selector="kubernetes.io/hostname=worker-2")),
+        nodes=list(world.cache.nodes()),
+        endpoint_slices=(),
+        settings=SelectionSettings(),
+        now=1.8e9,
+    )
+    assert "from 1 of 3 node(s)" in preview.reason
+    [written] = [r for r in caplog.records if r.getMessage().endswith("written")]
+    assert written.__dict__["fields"]["reason"] == preview.reason

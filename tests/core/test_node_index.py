@@ -1,0 +1,66 @@
+"""``select`` gives the same Selection for a plain node list and for a shared NodeIndex.
+
+The reconciler passes ``ClusterCache.node_index()`` (selector matches memoised per Node
+snapshot); preview and admission pass lists. DESIGN.md §1: one implementation of node
+selection, so the two forms must never disagree, in ingress, verdicts, counts or reasons.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import SelectionSettings
+from app.nodeindex import MAX_MEMOISED_SELECTORS, NodeIndex
+from app.nodeipam import select
+from app.selector import parse
+from tests.core.builders import NOW, node, run, service
+from tests.core.test_select_rules import CASES, Case
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_node_index_and_node_list_give_equal_selections(case: Case) -> None:
+    index = NodeIndex(case.nodes)
+    from_list = run(case.svc, case.nodes, case.slices, **case.settings)
+    for attempt in ("first use of the index", "memoised"):
+        from_index = select(
+            service=case.svc,
+            nodes=index,
+            endpoint_slices=case.slices,
+            settings=SelectionSettings(**case.settings),
+            now=NOW,
+        )
+        assert from_index == from_list, attempt
+
+
+def test_reason_counts_every_node_not_only_the_matching_ones() -> None:
+    """The bug an operator saw: serve logged "from 1 of 1 node(s)", preview "from 1 of 4"."""
+    nodes = [node(f"w{i}", internal=[f"10.0.0.{i}"]) for i in range(4)]
+    svc = service(selector="kubernetes.io/hostname=w2")
+    result = run(svc, NodeIndex(nodes))  # type: ignore[arg-type]
+    assert "from 1 of 4 node(s)" in result.reason, result.reason
+    assert [v.code for v in result.nodes].count("SelectorMismatch") == 3
+    assert result == run(svc, nodes)
+
+
+def test_one_index_serves_services_with_different_selectors() -> None:
+    nodes = [
+        node("a", internal=["10.0.0.1"], labels={"pool": "edge"}),
+        node("b", internal=["10.0.0.2"], labels={"pool": "core"}),
+    ]
+    index = NodeIndex(nodes)
+    for selector, expected in (("pool=edge", "10.0.0.1"), ("pool=core", "10.0.0.2")):
+        for _ in range(2):
+            got = run(service(selector=selector), index)  # type: ignore[arg-type]
+            assert got.ingress == ({"ip": expected, "ipMode": "VIP"},), selector
+
+
+def test_match_is_memoised_per_selector_and_bounded() -> None:
+    index = NodeIndex([node("a", labels={"pool": "edge"}), node("b")])
+    edge = parse("pool=edge")
+    assert list(index.match(edge).indices) == [0]
+    assert index.match(edge) is index.match(edge), "memoised"
+    assert [v and v.code for v in index.match(edge).verdicts] == [None, "SelectorMismatch"]
+    for i in range(MAX_MEMOISED_SELECTORS + 5):
+        index.match(parse(f"n={i}"))
+    assert index.match(edge) is not None
+    assert list(index.match(None).indices) == [0, 1]
