@@ -17,6 +17,7 @@ reported in that Node's verdicts, and a malformed selector annotation is that Se
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +37,32 @@ from app.views import (
     service_view,
 )
 
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_OBJECTS = 1_000_000
+"""Most Kubernetes objects one ``load_dump`` call reads (a 5,000-node cluster has ~50,000)."""
+_SURROGATE_HINT = re.compile(r"\\u[dD][89a-fA-F]|\\U0000[dD][89a-fA-F]|[\ud800-\udfff]")
+
+
+class _NoAliasLoader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """Safe loader (libyaml's when available) that refuses YAML aliases.
+
+    ``kubectl -o yaml`` never writes anchors or aliases; refusing them keeps loading linear
+    in the input size ("billion laughs": nested aliases expand to 10^9 items). An alias is
+    the second construction of one node, caught before anything is expanded.
+    """
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        if node in self.constructed_objects or node in self.recursive_objects:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                "anchor (&name) used by an alias (*name): YAML anchors and aliases are not"
+                " accepted",
+                node.start_mark,
+            )
+        return super().construct_object(node, deep=deep)
+
+
 # kind -> (Dump attribute, accepted apiVersions; a missing apiVersion is accepted too).
 _KINDS = {
     "Node": ("nodes", ("v1",)),
@@ -90,23 +116,88 @@ def _read(path: str) -> str:
         raise DumpError(f"{path}: not UTF-8 text: {err.reason} at byte {err.start}") from None
 
 
-def _documents(text: str, name: str) -> list[Any]:
+def parse_documents(text: str, *, name: str) -> list[Any]:
+    """The documents of a JSON or (multi-document) YAML text, ``None`` for empty ones.
+
+    Text starting with ``{`` or ``[`` is tried as JSON first. YAML is read with libyaml
+    when available, without aliases (see :class:`_NoAliasLoader`); nesting is capped by
+    libyaml (1,000 levels) and by the JSON decoder's recursion limit.
+
+    Raises:
+        DumpError: ``<name>: invalid JSON|YAML: <problem> at line L, column C``; or a
+            string that is not valid Unicode (a lone surrogate such as JSON ``"\\ud800"``,
+            which no UTF-8 input can hold), naming its field.
+    """
+    json_error = None
+    docs: list[Any] | None = None
     if text.lstrip().startswith(("{", "[")):
         try:
-            return [json.loads(text)]
+            docs = [json.loads(text)]
         except json.JSONDecodeError as err:
             json_error = f"{name}: invalid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
-    else:
-        json_error = None
+        except RecursionError:
+            raise DumpError(f"{name}: invalid JSON: nested too deeply") from None
+    if docs is None:
+        try:
+            docs = list(yaml.load_all(text, Loader=_NoAliasLoader))
+        except yaml.YAMLError as err:
+            if json_error:
+                raise DumpError(json_error) from None
+            mark = getattr(err, "problem_mark", None)
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise DumpError(f"{name}: invalid YAML: {problem}{at}") from None
+        except RecursionError:
+            raise DumpError(f"{name}: invalid YAML: nested too deeply") from None
+    if _SURROGATE_HINT.search(text):
+        for number, doc in enumerate(docs, start=1):
+            bad = lone_surrogate(doc)
+            if bad is not None:
+                where = f"document {number}: " if len(docs) > 1 else ""
+                raise DumpError(
+                    f"{name}: {where}{bad or '(top level)'}: Invalid value: not valid Unicode"
+                    " (lone UTF-16 surrogate)"
+                )
+    return docs
+
+
+def lone_surrogate(value: object, path: str = "") -> str | None:
+    """The field path (``request.uid``, ``metadata.annotations[a]``) of the first string,
+    key or value, of decoded JSON/YAML ``value`` holding a lone UTF-16 surrogate (JSON
+    ``"\\ud800"``); ``""`` for ``value`` itself; ``None`` when every string is valid
+    Unicode, i.e. encodable as UTF-8 (RFC 8259 §8.2: such strings have unpredictable
+    behaviour, and kube-apiserver never sends them)."""
+    stack: list[tuple[object, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if not _encodable(item):
+                return where
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and not _encodable(key):
+                    return f"{where}[{ascii(key)[1:-1]}]" if where else ascii(key)[1:-1]
+                shown = key if isinstance(key, str) and _FIELD_RE.fullmatch(key) else None
+                child_path = (
+                    (f"{where}.{shown}" if where else shown)
+                    if shown is not None
+                    else f"{where}[{key}]"
+                )
+                stack.append((child, child_path))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+    return None
+
+
+_FIELD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _encodable(text: str) -> bool:
     try:
-        return list(yaml.load_all(text, Loader=_Loader))
-    except yaml.YAMLError as err:
-        if json_error:
-            raise DumpError(json_error) from None
-        mark = getattr(err, "problem_mark", None)
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise DumpError(f"{name}: invalid YAML: {problem}{at}") from None
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _objects(doc: Any, where: str) -> Iterator[tuple[dict[str, Any], str]]:
@@ -146,16 +237,21 @@ def load_dump(paths: Sequence[str]) -> Dump:
     """Read every file of ``paths`` (``"-"`` = standard input) into a :class:`Dump`.
 
     Raises:
-        DumpError: unusable input (see the module docstring); one line naming the file and,
-            where known, the document or ``items`` index and the object.
+        DumpError: unusable input (see the module docstring and :func:`parse_documents`),
+            or more than :data:`MAX_OBJECTS` objects; one line naming the file and, where
+            known, the document or ``items`` index and the object.
     """
     dump = Dump()
+    read = 0
     for path in paths:
         name = "<stdin>" if path == "-" else path
-        docs = [d for d in _documents(_read(path), name) if d is not None]
+        docs = [d for d in parse_documents(_read(path), name=name) if d is not None]
         for number, doc in enumerate(docs, start=1):
             where = f"{name}: document {number}" if len(docs) > 1 else name
             for obj, origin in _objects(doc, where):
+                read += 1
+                if read > MAX_OBJECTS:
+                    raise DumpError(f"{origin}: Too many: more than {MAX_OBJECTS} objects")
                 kind = obj["kind"]
                 attr, versions = _KINDS.get(kind, ("", ()))
                 if not attr or obj.get("apiVersion", versions[0]) not in versions:

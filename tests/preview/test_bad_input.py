@@ -214,3 +214,53 @@ def test_bad_settings_are_one_line_errors(flags: list[str], parts: list[str]) ->
 def test_missing_filename_is_a_usage_error() -> None:
     run = preview()
     assert run.code == 2
+
+
+def billion_laughs(levels: int = 9) -> str:
+    """``kind: List`` whose items nest aliases 10 wide and ``levels`` deep (10^levels Foos)."""
+    lines = ["apiVersion: v1", "kind: List", "items:"]
+    lines.append("- &l0 [" + ", ".join(["{kind: Foo}"] * 10) + "]")
+    lines += [f"- &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(30)
+def test_yaml_aliases_are_refused_at_once(write: Write) -> None:
+    path = write(billion_laughs())
+    run = preview("-f", path)
+    assert run.code == 2
+    assert run.stdout == ""
+    assert_one_line_error(run.stderr, path, "aliases are not accepted", "line 4, column 3")
+
+
+def test_a_single_alias_is_refused_too(write: Write) -> None:
+    text = "kind: Node\nmetadata: &m {name: n1}\nstatus: {x: *m}\n"
+    run = preview("-f", write(text))
+    assert run.code == 2
+    assert_one_line_error(run.stderr, "anchor (&name) used by an alias (*name)")
+
+
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        (
+            '{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n\\ud800"}}]}',
+            ["items[0].metadata.name: Invalid value: not valid Unicode"],
+        ),
+        (
+            '{"kind": "Node", "metadata": {"name": "n1", "labels": {"a\\udc00": "b"}}}',
+            ["metadata.labels[a\\udc00]: Invalid value: not valid Unicode"],
+        ),
+        ("[" * 100_000 + "]" * 100_000, ["invalid JSON: nested too deeply"]),
+        ("items: " + "[" * 100_000 + "]" * 100_000, ["invalid YAML", "nesting depth"]),
+    ],
+    ids=["lone surrogate in a value", "lone surrogate in a key", "deep JSON", "deep YAML"],
+)
+def test_input_no_kubectl_writes_is_one_line_error(
+    write: Write, text: str, parts: list[str]
+) -> None:
+    path = write(text, "dump.json")
+    run = preview("-f", path, "-o", "json")
+    assert run.code == 2
+    assert run.stdout == ""
+    assert_one_line_error(run.stderr, path, *parts)
