@@ -111,8 +111,15 @@ class LeaderElector:
 
     def step(self) -> bool:
         """One attempt to acquire or renew, then start or stop leading accordingly.
-        Returns :meth:`is_leader` afterwards (tests drive this with fake clocks)."""
-        self._after_attempt(self.try_acquire_or_renew())
+        Returns :meth:`is_leader` afterwards (tests drive this with fake clocks).
+
+        A successful renew counts from the moment *before* the requests were sent, like
+        client-go (which observes the time before ``tryAcquireOrRenew``): the ``renewTime``
+        other replicas see is that moment too, so a slow answer must not stretch our own
+        validity window past the one they assume.
+        """
+        started = self._clock()
+        self._after_attempt(self.try_acquire_or_renew(), started=started)
         return self.is_leader()
 
     def try_acquire_or_renew(self) -> bool:
@@ -170,10 +177,10 @@ class LeaderElector:
             self._observed_spec = dict(spec)
             self._observed_time = self._clock()
 
-    def _after_attempt(self, succeeded: bool) -> None:
+    def _after_attempt(self, succeeded: bool, *, started: float) -> None:
         if succeeded:
             with self._lock:
-                self._last_renew = self._clock()
+                self._last_renew = max(self._last_renew, started)
             if not self._leading:
                 self._set_leading(True)
         elif self._leading and self._clock() - self._last_renew >= self._renew_deadline:

@@ -132,3 +132,29 @@ def test_stop_releases_the_lease_so_a_standby_takes_over_at_once(clocks: Clocks)
     assert b.step(), "an empty holder can be taken without waiting"
     assert spec(api)["leaseTransitions"] == 1
     assert log == ["a started", "a stopped", "b started"]
+
+
+@pytest.mark.parametrize("slow", ["get leases", "update leases"])
+def test_a_slow_renew_counts_from_before_the_request_was_sent(clocks: Clocks, slow: str) -> None:
+    """client-go observes the time before tryAcquireOrRenew: the renewTime other replicas
+    see. A 6 s answer must not give the leader 6 s more than they assume."""
+    api = MemoryAPI()
+    log: list[str] = []
+    a = elector(api, clocks, "a", log)
+    assert a.step()
+    op = {"get leases": "read_lease", "update leases": "replace_lease"}[slow]
+    real = getattr(api, op)
+
+    def slow_call(**kwargs: object) -> object:
+        clocks.advance(6)
+        return real(**kwargs)
+
+    setattr(api, op, slow_call)
+    clocks.advance(2)
+    sent = clocks.mono
+    assert a.step(), "renewed"
+    assert clocks.mono == sent + 6
+    clocks.advance(10 - 6 - 0.01)
+    assert a.is_leader(), "9.99 s after the renew was sent: still within the renew deadline"
+    clocks.advance(0.02)
+    assert not a.is_leader(), "10 s after the renew was *sent*, not after it was answered"
