@@ -211,6 +211,7 @@ def check_answer(url: str, ca: Path, review: dict[str, Any]) -> str:
 def run_loads(
     *, target: str, url: str, body_file: Path, duration: float, spy_pid: int | None, workdir: Path
 ) -> list[Load]:
+    """Light then saturation load on ``url``; py-spy on ``spy_pid`` during saturation."""
     results = []
     for name, connections in LOADS:
         spy = None

@@ -281,6 +281,7 @@ def cilium_step(run: ColdStart, scale: Scale, *, profile_dir: Path | None) -> St
 
 
 def format_step(step: Step, managed: int) -> str:
+    """Two lines of figures for ``step`` (percentages of ``managed`` Services)."""
     converged = (
         f"{step.converged_after:6.2f} s"
         if step.converged_after is not None
@@ -296,6 +297,8 @@ def format_step(step: Step, managed: int) -> str:
 
 
 def side_by_side(ours: Step, cilium: Step) -> str:
+    """The (b) figures of both policies and their ratio, one row each."""
+
     def ratio(a: float, b: float) -> str:
         return f"{b / a:8.1f}x" if a else "      n/a"
 

@@ -223,6 +223,7 @@ def report(result: ColdStart, scale: Scale) -> str:
 
 
 def parse_scale(args: argparse.Namespace) -> Scale:
+    """The :class:`Scale` the scale flags ask for."""
     return Scale(nodes=args.nodes, managed=args.services, unmanaged=args.unmanaged)
 
 

@@ -68,10 +68,12 @@ def is_edge_pool(pool: int, scale: Scale) -> bool:
 
 
 def node_name(index: int) -> str:
+    """Name of Node ``index`` (``node-00042``)."""
     return f"node-{index:05d}"
 
 
 def internal_ipv4(index: int) -> str:
+    """IPv4 InternalIP of Node ``index`` (10.0.0.0/8, never a .0 network address)."""
     n = index + 1
     return f"10.{n // 65536}.{n // 256 % 256}.{n % 256}"
 
@@ -190,6 +192,7 @@ def _cluster_ips(k: int, dual: bool) -> Obj:
 
 
 def namespace_of(k: int) -> str:
+    """Namespace of Service ``k`` (``bench-0`` ... ``bench-19``)."""
     return f"bench-{k % NAMESPACES}"
 
 
@@ -293,6 +296,7 @@ def make_cluster(scale: Scale) -> Cluster:
 
 
 def service_key(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` of a Service object (the work-queue key)."""
     meta = obj["metadata"]
     return f"{meta['namespace']}/{meta['name']}"
 

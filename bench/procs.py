@@ -128,6 +128,7 @@ class Process:
 
     @property
     def pid(self) -> int:
+        """Process id."""
         return self.popen.pid
 
     def cpu_seconds(self) -> float:
@@ -144,6 +145,7 @@ class Process:
         raise ValueError(f"{field} not in /proc/{self.pid}/status")
 
     def alive(self) -> bool:
+        """True while the process has not exited."""
         return self.popen.poll() is None
 
     def tail(self, lines: int = 30) -> str:
@@ -181,6 +183,7 @@ class FakeApi:
         return counters
 
     def count(self, key: str) -> int:
+        """One request counter (0 when absent), e.g. ``"patch services/status"``."""
         return self.requests().get(key, 0)
 
     def list_all(self, path: str, *, limit: int = 500) -> tuple[list[dict[str, Any]], str]:
@@ -213,6 +216,7 @@ class FakeApi:
 
 
 def python(*args: str) -> list[str]:
+    """argv running this interpreter with ``args``."""
     return [sys.executable, *args]
 
 
