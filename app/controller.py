@@ -159,7 +159,20 @@ class Controller:
     def healthy(self) -> tuple[bool, str]:
         """Liveness: ``(False, why)`` when a watch has had no event, bookmark or reconnect
         for longer than twice the watch timeout plus the read-timeout slack and maximal
-        backoff (a hung connection), or an informer thread has died."""
+        backoff (a hung connection), or an informer thread has died, or leader election
+        cannot even start because the Lease's namespace does not exist
+        (:meth:`LeaderElector.problem`).
+
+        Why liveness and not readiness for the missing namespace: readiness gates the
+        webhook and preview traffic, which every replica serves correctly from its cache
+        without the Lease; failing it on every replica would take admission down for a
+        problem of the status writer alone. A failing ``/healthz`` is what an operator
+        sees (``kubectl describe pod``: the probe failure with this reason and restarts;
+        outside a cluster: ``curl /healthz``), like client-go's leader-election healthz
+        adaptor, and a restart costs nothing (the process is stateless).
+        """
+        if self.elector is not None and (problem := self.elector.problem()) is not None:
+            return False, problem
         bound = 2 * (self.settings.watch_timeout_seconds + 15) + 30
         for informer in self.informers:
             if self._started and not self._stopping.is_set() and not informer.alive():

@@ -16,6 +16,12 @@ the small correct subset of client-go ``tools/leaderelection``:
   renew call hangs) and becomes a candidate again.
 - :meth:`LeaderElector.stop` releases a held Lease like ``ReleaseOnCancel``: empty
   ``holderIdentity``, ``leaseDurationSeconds: 1``, so a standby takes over within a retry.
+- The Lease's namespace does not exist (the create answers 404 NotFound, typically ``serve``
+  run outside the cluster without creating ``node-ipam-lb``): one clear error naming the
+  namespace and the ways out, retries with exponential backoff up to
+  :data:`MISSING_NAMESPACE_MAX_BACKOFF` (it may be created later), and
+  :meth:`LeaderElector.problem` says so, which the controller's liveness (``/healthz``)
+  reports.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ from app.kube import ApiError, KubeAPI
 from app.logs import log_event
 
 LOG = logging.getLogger("node_ipam_lb.leader")
+
+MISSING_NAMESPACE_MAX_BACKOFF = 30.0
+"""Longest wait (seconds) between Lease attempts while its namespace does not exist."""
 
 
 class LeaderElector:
@@ -73,6 +82,7 @@ class LeaderElector:
         self._last_renew = -math.inf
         self._observed_spec: dict[str, Any] | None = None
         self._observed_time = -math.inf
+        self._missing_namespace_attempts = 0
 
     def start(self) -> None:
         """Start campaigning on a daemon thread (returns at once)."""
@@ -85,16 +95,34 @@ class LeaderElector:
         with self._lock:
             return self._leading and self._clock() - self._last_renew < self._renew_deadline
 
+    def problem(self) -> str | None:
+        """Why this replica cannot campaign at all, or ``None``. Today one cause: the Lease's
+        namespace does not exist (its create answered 404 NotFound); cleared by the first
+        attempt that gets past it. A sentence naming the namespace and the ways out."""
+        with self._lock:
+            missing = self._missing_namespace_attempts > 0
+        return self._missing_namespace_message() if missing else None
+
+    def retry_wait(self) -> float:
+        """Seconds until the next attempt: ``retry_period`` (with client-go's 20% jitter when
+        not leading); while the namespace is missing, doubling per failed attempt up to
+        :data:`MISSING_NAMESPACE_MAX_BACKOFF`."""
+        with self._lock:
+            missing = self._missing_namespace_attempts
+        wait = self._retry_period
+        if missing:
+            wait = min(wait * 2.0 ** (missing - 1), max(wait, MISSING_NAMESPACE_MAX_BACKOFF))
+        if not self.is_leader():
+            wait *= 1.0 + 0.2 * random.random()  # client-go JitterUntil spreads candidates
+        return wait
+
     def run(self) -> None:
         """Thread body: acquire, renew, step down on a missed deadline, until stopped."""
         while not self._stop.is_set():
             self.step()
             if self._stop.is_set():
                 break
-            wait = self._retry_period
-            if not self.is_leader():
-                wait *= 1.0 + 0.2 * random.random()  # client-go JitterUntil spreads candidates
-            self._stop.wait(wait)
+            self._stop.wait(self.retry_wait())
 
     def stop(self, timeout: float = 5.0, *, release: bool = True) -> None:
         """Stop campaigning; if leading, step down and (``release``) hand the Lease back.
@@ -135,9 +163,17 @@ class LeaderElector:
                     "metadata": {"name": self._name, "namespace": self._namespace},
                     "spec": record,
                 }
-                self._api.create_lease(namespace=self._namespace, body=body)
+                try:
+                    self._api.create_lease(namespace=self._namespace, body=body)
+                except ApiError as err:
+                    if err.status == 404:
+                        self._namespace_missing(err)
+                        return False
+                    raise
+                self._namespace_found()
                 self._observe(record)
                 return True
+            self._namespace_found()
             spec = lease.get("spec") if isinstance(lease.get("spec"), dict) else {}
             assert isinstance(spec, dict)
             self._observe(spec)
@@ -162,6 +198,35 @@ class LeaderElector:
             if err.status != 409:
                 log_event(LOG, "lease request failed", level=logging.WARNING, error=str(err))
             return False
+
+    def _missing_namespace_message(self) -> str:
+        return (
+            f"cannot create Lease {self._namespace}/{self._name}: namespace"
+            f" {self._namespace!r} not found; this replica will never lead nor write any"
+            f" status. Create the namespace (kubectl create namespace {self._namespace}),"
+            " or choose another with --leader-election-namespace, or run a single replica"
+            " with --no-leader-elect"
+        )
+
+    def _namespace_missing(self, err: ApiError) -> None:
+        with self._lock:
+            self._missing_namespace_attempts += 1
+            first = self._missing_namespace_attempts == 1
+        if first:  # once per episode: the retries would repeat it every few seconds
+            log_event(
+                LOG,
+                self._missing_namespace_message(),
+                level=logging.ERROR,
+                lease=f"{self._namespace}/{self._name}",
+                error=str(err),
+            )
+
+    def _namespace_found(self) -> None:
+        with self._lock:
+            was_missing = self._missing_namespace_attempts > 0
+            self._missing_namespace_attempts = 0
+        if was_missing:
+            log_event(LOG, "lease namespace now exists", lease=f"{self._namespace}/{self._name}")
 
     def _record(self, *, acquire_time: str, renew: float, transitions: int) -> dict[str, Any]:
         return {

@@ -209,3 +209,28 @@ def test_writes_switched_off_keep_the_cache_but_never_write(
     assert memory_api.calls["patch services/status"] == 0
     assert len(controller.queue) == 0
     assert controller.queue_adds() == 0
+
+
+def test_liveness_fails_while_the_lease_namespace_does_not_exist(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    """Leader election on, namespace missing: no status is ever written, so /healthz must
+    not say ok (readiness stays: this replica still serves admission and preview)."""
+    from app.kube import ApiError
+
+    real_create = memory_api.create_lease
+
+    def no_namespace(**kwargs: Any) -> dict[str, Any]:
+        raise ApiError(404, 'namespaces "kube-system" not found')
+
+    memory_api.create_lease = no_namespace  # type: ignore[method-assign]
+    controller = start()
+    wait_until(controller.ready, what="synced")
+    wait_until(lambda: not controller.healthy()[0], what="unhealthy")
+    healthy, why = controller.healthy()
+    assert not healthy
+    assert "namespace 'kube-system' not found" in why
+    assert controller.ready(), "readiness is not affected"
+    memory_api.create_lease = real_create  # type: ignore[method-assign]
+    wait_until(controller.is_leader, what="leading once the namespace exists")
+    assert controller.healthy() == (True, "ok")

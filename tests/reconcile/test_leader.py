@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.kube import ApiError
 from app.leader import LeaderElector
 from tests.reconcile.memory_api import MemoryAPI
 
@@ -158,3 +159,39 @@ def test_a_slow_renew_counts_from_before_the_request_was_sent(clocks: Clocks, sl
     assert a.is_leader(), "9.99 s after the renew was sent: still within the renew deadline"
     clocks.advance(0.02)
     assert not a.is_leader(), "10 s after the renew was *sent*, not after it was answered"
+
+
+def test_a_missing_lease_namespace_is_reported_once_and_retried_with_backoff(
+    clocks: Clocks, caplog: pytest.LogCaptureFixture
+) -> None:
+    """serve outside a cluster without the namespace: one clear error, not a warning every
+    2 s; retried with backoff; picked up as soon as the namespace exists."""
+    api = MemoryAPI()
+    log: list[str] = []
+    a = elector(api, clocks, "a", log)
+    real_create = api.create_lease
+
+    def no_namespace(**kwargs: object) -> object:
+        raise ApiError(404, 'namespaces "kube-system" not found')
+
+    api.create_lease = no_namespace  # type: ignore[assignment,method-assign]
+    waits = []
+    with caplog.at_level("WARNING", logger="node_ipam_lb.leader"):
+        for _ in range(7):
+            assert not a.step()
+            waits.append(a.retry_wait())
+    [error] = [r for r in caplog.records if r.name == "node_ipam_lb.leader"]
+    assert error.levelname == "ERROR"
+    for needle in ("namespace 'kube-system' not found", "kubectl create namespace kube-system"):
+        assert needle in error.getMessage()
+    for flag in ("--leader-election-namespace", "--no-leader-elect"):
+        assert flag in error.getMessage()
+    assert a.problem() == error.getMessage()
+    assert all(
+        base <= w <= base * 1.2 for w, base in zip(waits, [2, 4, 8, 16, 30, 30, 30], strict=True)
+    ), waits
+    assert log == []
+    api.create_lease = real_create  # type: ignore[method-assign]
+    assert a.step(), "the namespace was created: the next attempt leads"
+    assert a.problem() is None
+    assert a.retry_wait() == 2.0
