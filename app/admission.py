@@ -23,7 +23,7 @@ from typing import Any
 
 from app.config import SelectionSettings
 from app.nodeipam import is_managed, select
-from app.selector import SelectorError, parse
+from app.selector import SelectorError, go_quote, parse
 from app.views import EndpointSliceView, NodeView, ServiceView, ViewError, service_view
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
@@ -176,7 +176,7 @@ def validate(
         try:
             empty_selector = parse(value).empty()
         except SelectorError as err:
-            message = f"metadata.annotations[{key}]: Invalid value: {_go_quote(value)}: {err}"
+            message = f"metadata.annotations[{key}]: Invalid value: {go_quote(value)}: {err}"
             old_value = (
                 _annotation(request.old_object, key, field="request.oldObject")
                 if request.old_object is not None
@@ -320,11 +320,6 @@ def _json_type(value: object) -> str:
     return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
         type(value), "number"
     )
-
-
-def _go_quote(value: str) -> str:
-    """Quote like Go's ``%q`` (what ``field.Invalid`` prints) closely enough for reading."""
-    return json.dumps(value, ensure_ascii=False)
 
 
 def _short(text: str) -> str:

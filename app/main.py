@@ -7,11 +7,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 
 from app.auth import AllowAll, Authorizer
 from app.config import Settings
+from app.logs import log_event
 from app.routes import admission, health, preview
 from app.routes.deps import AppState, CacheLike, ControllerLike
 
@@ -74,8 +76,30 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.node_ipam = state
+    app.add_exception_handler(Exception, _internal_error)
     app.include_router(health.router)
     if settings.webhook:
         app.include_router(admission.router)
     app.include_router(preview.router)
     return app
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """Last resort for an exception no route turned into a 4xx: a ``metav1.Status``-like
+    JSON 500 with a reason, logged (uvicorn logs the traceback), never a bare text 500."""
+    reason = f"internal error: {exc!r:.200}"
+    log_event(
+        log, "request failed", level=logging.ERROR, path=request.url.path, status=500, reason=reason
+    )
+    return JSONResponse(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "reason": "InternalError",
+            "code": 500,
+            "message": reason,
+            "detail": reason,
+        },
+        status_code=500,
+    )

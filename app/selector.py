@@ -127,9 +127,9 @@ class Requirement:
     def __post_init__(self) -> None:
         kind = _KIND_BY_OPERATOR.get(self.operator)
         if kind is None:
-            supported = ", ".join(_go_quote(op) for op in _SUPPORTED_OPERATORS)
+            supported = ", ".join(go_quote(op) for op in _SUPPORTED_OPERATORS)
             raise SelectorError(
-                f"operator: Unsupported value: {_go_quote(str(self.operator))}: "
+                f"operator: Unsupported value: {go_quote(str(self.operator))}: "
                 f"supported values: {supported}"
             )
         if isinstance(self.values, str):
@@ -376,14 +376,15 @@ def _escape(text: str, escapes: Mapping[str, str] = _GO_ESCAPES) -> str:
     return "".join(out)
 
 
-def _go_quote(text: str) -> str:
-    """Go ``%q`` of a string, as field errors print bad values."""
+def go_quote(text: str) -> str:
+    """Go ``%q`` of a string, as apimachinery field errors print bad values: control
+    characters and lone surrogates escaped, so the result always encodes as UTF-8."""
     return '"' + _escape(text, _GO_QUOTE_ESCAPES) + '"'
 
 
 def _invalid(path: str, value: str, detail: str) -> str:
     """apimachinery ``field.Invalid(...).Error()``."""
-    return f"{path}: Invalid value: {_go_quote(value)}: {detail}"
+    return f"{path}: Invalid value: {go_quote(value)}: {detail}"
 
 
 def _aggregate(messages: list[str]) -> str:

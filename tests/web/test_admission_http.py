@@ -210,3 +210,80 @@ def test_no_webhook_leaves_out_admission_routes() -> None:
     with AppClient(create_app(Settings(webhook=False, auth="none"))) as client:
         assert post(client, "/validate", review(service())).status_code == 404
         assert client.get("/healthz").status_code == 200
+
+
+def webhook_count(client: AppClient, path: str, verdict: str) -> float:
+    prefix = f'controller_runtime_webhook_requests_total{{verdict="{verdict}",webhook="{path}"}} '
+    lines = [line for line in client.get("/metrics").text.splitlines() if line.startswith(prefix)]
+    return float(lines[0].split()[-1]) if lines else 0.0
+
+
+LONE_SURROGATES = [
+    ("in the uid", review(service(), uid="u\udc00"), "request.uid: Invalid value"),
+    (
+        "in the annotation value",
+        review(service(selector="a=\ud800")),
+        f"request.object.metadata.annotations[{ANNOTATION}]: Invalid value",
+    ),
+    (
+        "in a label key",
+        review({**service(), "metadata": {"name": "web", "labels": {"k\ud800": "v"}}}),
+        "request.object.metadata.labels[k\\ud800]: Invalid value",
+    ),
+]
+
+
+@pytest.mark.parametrize("path", ["/validate", "/mutate"])
+@pytest.mark.parametrize(
+    ("body", "reason"), [c[1:] for c in LONE_SURROGATES], ids=[c[0] for c in LONE_SURROGATES]
+)
+def test_lone_utf16_surrogate_gets_400_naming_the_field(
+    client: AppClient, path: str, body: Any, reason: str
+) -> None:
+    data = json.dumps(body).encode()  # ensure_ascii: the surrogate travels as a \\uXXXX escape
+    assert b"\\ud" in data
+    before = webhook_count(client, path, "invalid")
+    response = post(client, path, data)
+    assert response.status_code == 400
+    assert reason in response.json()["detail"]
+    assert "not valid Unicode" in response.json()["detail"]
+    assert webhook_count(client, path, "invalid") == before + 1
+
+
+def test_a_valid_surrogate_pair_is_an_ordinary_character(client: AppClient) -> None:
+    data = json.dumps(review(service(selector="a=\U0001f600"))).encode()
+    assert b"\\ud83d\\ude00" in data
+    response = post(client, "/validate", data)
+    assert response.status_code == 200
+    assert response.json()["response"]["allowed"] is False
+
+
+def test_a_response_that_cannot_be_rendered_is_not_counted_as_allowed(
+    client: AppClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app import admission
+
+    def unrenderable(*_: object) -> dict[str, Any]:
+        return {"response": {"uid": "\ud800", "allowed": True}}
+
+    monkeypatch.setattr(admission, "review_response", unrenderable)
+    before = webhook_count(client, "/validate", "allowed")
+    response = post(client, "/validate", review(service()))
+    assert response.status_code == 400
+    assert "cannot be processed" in response.json()["detail"]
+    assert webhook_count(client, "/validate", "allowed") == before
+
+
+def test_an_unexpected_error_in_the_decision_is_a_logged_400(
+    client: AppClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from app import admission
+
+    def broken(*_: object, **__: object) -> None:
+        raise TypeError("unhashable type: 'dict'")
+
+    monkeypatch.setattr(admission, "validate", broken)
+    response = post(client, "/validate", review(service()))
+    assert response.status_code == 400
+    assert "TypeError(\"unhashable type: 'dict'\")" in response.json()["detail"]
+    assert any(r.exc_info and r.exc_info[0] is TypeError for r in caplog.records)
