@@ -92,15 +92,20 @@ class BodyError(ValueError):
     """The request body cannot be read; ``str(err)`` is the reason (HTTP 400)."""
 
 
+class BodyTooLarge(BodyError):
+    """The request body exceeds the route's limit (HTTP 413 where the route says so)."""
+
+
 async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES) -> bytes:
     """Read the body, refusing more than ``limit`` bytes or a sender slower than 10 s.
 
     Raises:
-        BodyError: too large (by ``Content-Length`` or by count) or too slow.
+        BodyTooLarge: too large (by ``Content-Length`` or by count).
+        BodyError: too slow.
     """
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise BodyError(f"body: Too long: Content-Length {declared} exceeds {limit} bytes")
+        raise BodyTooLarge(f"body: Too long: Content-Length {declared} exceeds {limit} bytes")
     chunks: list[bytes] = []
     size = 0
     try:
@@ -108,7 +113,7 @@ async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES) -> bytes:
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
-                    raise BodyError(f"body: Too long: more than {limit} bytes")
+                    raise BodyTooLarge(f"body: Too long: more than {limit} bytes")
                 chunks.append(chunk)
     except TimeoutError as err:
         raise BodyError(f"body: not received within {BODY_READ_SECONDS:g} s") from err

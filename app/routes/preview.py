@@ -6,19 +6,32 @@ Both routes return the item of ``node-ipam-lb preview -o json``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 from fastapi import APIRouter, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.dump import DumpError, parse_documents
 from app.nodeipam import select
-from app.routes.deps import AppState, BodyError, CacheLike, Protected, State, media_type, read_body
+from app.routes.deps import (
+    AppState,
+    BodyError,
+    BodyTooLarge,
+    CacheLike,
+    Protected,
+    State,
+    read_body,
+)
 from app.views import ServiceView, ViewError, service_view
 
 router = APIRouter(prefix="/preview", tags=["preview"], dependencies=[Protected])
+
+MAX_MANIFEST_BYTES = 1024 * 1024
+"""Cap of a ``POST /preview`` body (HTTP 413 above it): a Service manifest is a few KiB and
+etcd stores at most 1.5 MiB per object."""
 
 
 class IngressEntry(BaseModel):
@@ -121,6 +134,7 @@ def preview_live(namespace: str, name: str, state: State) -> PreviewItem:
     summary="Preview a Service manifest not yet applied",
     responses={
         200: _OK,
+        413: {"description": "The body is larger than 1 MiB"},
         422: {"description": "The body is not a v1 Service (JSON or YAML); `detail` says why"},
         **_ERRORS,
     },
@@ -135,8 +149,17 @@ def preview_live(namespace: str, name: str, state: State) -> PreviewItem:
     },
 )
 async def preview_manifest(request: Request, state: State) -> PreviewItem:
-    """The ingress this Service would get against the live cluster (nothing is applied)."""
-    service = _service_from(await _manifest(request), state)
+    """The ingress this Service would get against the live cluster (nothing is applied).
+
+    The body (at most 1 MiB) is parsed and the selection run in the thread pool, so a
+    large manifest never stalls other requests (``/healthz``, admission).
+    """
+    text = await _manifest_text(request)
+    return await run_in_threadpool(_preview_text, text, state)
+
+
+def _preview_text(text: str, state: AppState) -> PreviewItem:
+    service = _service_from(_manifest(text), state)
     cache = _synced_cache(state)
     return _select(service, cache, state)
 
@@ -161,21 +184,33 @@ def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewI
     return PreviewItem.model_validate(selection.to_dict())
 
 
-async def _manifest(request: Request) -> object:
+async def _manifest_text(request: Request) -> str:
     try:
-        raw = await read_body(request)
-        text = raw.decode("utf-8")
-        if media_type(request) == "application/json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+        raw = await read_body(request, limit=MAX_MANIFEST_BYTES)
+    except BodyTooLarge as err:
+        raise HTTPException(413, detail=str(err)) from err
     except BodyError as err:
         raise HTTPException(422, detail=str(err)) from err
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise HTTPException(
             422, detail=f"body: Invalid value: not UTF-8 (byte {err.start})"
         ) from err
-    except (ValueError, yaml.YAMLError, RecursionError) as err:
-        raise HTTPException(422, detail=f"body: Invalid value: not JSON or YAML: {err}") from err
+
+
+def _manifest(text: str) -> object:
+    """The one document of the body, read like ``preview -f`` reads a dump (no YAML
+    aliases, every string valid Unicode: :func:`app.dump.parse_documents`)."""
+    try:
+        docs = parse_documents(text, name="body")
+    except DumpError as err:
+        raise HTTPException(422, detail=str(err)) from err
+    if len(docs) > 1:
+        raise HTTPException(
+            422, detail=f"body: Invalid value: {len(docs)} documents: must be one Service object"
+        )
+    return docs[0] if docs else None
 
 
 def _service_from(manifest: object, state: AppState) -> ServiceView:

@@ -86,7 +86,19 @@ def test_unmanaged_manifest_says_why(client: AppClient) -> None:
 
 
 NOT_A_SERVICE = [
-    ("not YAML", b"a: [", "not JSON or YAML"),
+    ("not YAML", b"a: [", "body: invalid YAML"),
+    ("not JSON", b'{"a": [', "body: invalid JSON"),
+    (
+        "lone surrogate in the name",
+        b'{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x\\ud800"}}',
+        "metadata.name: Invalid value: not valid Unicode",
+    ),
+    (
+        "YAML alias",
+        b"apiVersion: v1\nkind: Service\nmetadata: &m {name: a}\nspec: {x: *m}\n",
+        "aliases are not accepted",
+    ),
+    ("two documents", b"kind: Service\n---\nkind: Service\n", "2 documents"),
     ("a list", b"- 1\n- 2\n", "must be a Service object"),
     ("a scalar", b"hello", "must be a Service object"),
     ("a ConfigMap", b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "v1/Service"),
@@ -155,3 +167,68 @@ def test_item_is_exactly_the_selection_to_dict_of_preview_json(
         now=1e6,
     ).to_dict()
     assert client.get("/preview/default/web").json() == expected
+
+
+def test_manifest_over_1_mib_is_413(client: AppClient) -> None:
+    data = b"#" * (1024 * 1024 + 1)
+    response = client.post("/preview", content=data, headers={"content-type": "application/yaml"})
+    assert response.status_code == 413
+    assert "exceeds 1048576 bytes" in response.json()["detail"]
+
+
+def test_unexpected_error_is_a_json_500_with_a_reason(
+    cache: FakeCache, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import httpx
+
+    from app.config import Settings
+    from app.main import create_app
+    from app.routes import preview
+
+    def broken(**_: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(preview, "select", broken)
+    cache.add_service(service(name="web", cls="io.cilium/node"))
+    app = create_app(Settings(auth="none"), cache=cache)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+
+    async def get() -> httpx.Response:
+        async with httpx.AsyncClient(transport=transport, base_url="https://t") as http:
+            return await http.get("/preview/default/web")
+
+    import asyncio
+
+    response = asyncio.run(get())
+    assert response.status_code == 500
+    body = response.json()
+    assert (body["kind"], body["reason"], body["code"]) == ("Status", "InternalError", 500)
+    assert "RuntimeError('boom')" in body["message"]
+    assert any("request failed" in r.getMessage() for r in caplog.records)
+
+
+def test_manifest_is_parsed_off_the_event_loop(
+    client: AppClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large manifest must not stall /healthz and admission: parsing and selection run
+    in the thread pool, where no event loop is running."""
+    import asyncio
+
+    from app.routes import preview
+
+    loops: list[bool] = []
+    parse = preview._manifest
+
+    def recording(text: str) -> object:
+        try:
+            asyncio.get_running_loop()
+            loops.append(True)
+        except RuntimeError:
+            loops.append(False)
+        return parse(text)
+
+    monkeypatch.setattr(preview, "_manifest", recording)
+    manifest = service(name="draft", cls="io.cilium/node")
+    response = client.post("/preview", content=yaml.safe_dump(manifest))
+    assert response.status_code == 200
+    assert loops == [False]
