@@ -12,81 +12,76 @@ both forms run the same code and give equal Selections.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 
 from app.selector import Selector
 from app.verdicts import NodeVerdict, new_verdict
 from app.views import NodeView
 
-MAX_MEMOISED_SELECTORS = 256
-"""Bound on memoised selectors per index: each entry holds two tuples as long as the
-snapshot (about 80 kB for 5,000 Nodes), so the memo stays under ~20 MB whatever the Services
-use; beyond it the oldest entry is dropped (recomputed on its next use)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Match:
-    """The result of applying one selector to a :class:`NodeIndex`.
-
-    ``indices``: positions (in ``NodeIndex.nodes``) of the matching Nodes, ascending.
-    ``verdicts``: one slot per Node: its ``SelectorMismatch`` verdict, or ``None`` for a
-    matching Node (``select`` fills those slots).
-    """
-
-    indices: Sequence[int]
-    verdicts: tuple[NodeVerdict | None, ...]
+MAX_MEMOISED_INDICES = 4_000_000
+"""Bound on the memo of one index: the matching positions of all memoised selectors
+together (4 bytes each, so at most 16 MB); beyond it the oldest selectors are dropped
+(recomputed on their next use). A selective selector costs a few bytes, so thousands of
+them fit; only selectors matching most of a large cluster compete for room."""
 
 
 class NodeIndex:
-    """An immutable Node snapshot plus a thread-safe memo ``selector → Match``.
+    """An immutable Node snapshot plus a thread-safe memo ``selector → matching positions``.
 
     ``nodes`` is the snapshot (tuple, in the order given; verdicts follow it). Build one per
     Node snapshot and share it between threads; never mutate the NodeViews it holds.
     """
 
-    __slots__ = ("_lock", "_memo", "nodes")
+    __slots__ = ("_labels", "_lock", "_memo", "_memo_size", "_mismatch", "nodes")
 
     def __init__(self, nodes: Iterable[NodeView]) -> None:
         self.nodes: tuple[NodeView, ...] = tuple(nodes)
-        self._memo: dict[Selector | None, Match] = {}
+        self._labels: tuple[Mapping[str, str], ...] | None = None
+        self._memo: dict[Selector, array[int]] = {}
+        self._memo_size = 0
+        self._mismatch: tuple[NodeVerdict, ...] | None = None
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.nodes)
 
-    def match(self, selector: Selector | None) -> Match:
-        """The Nodes ``selector`` matches (``None``: no selector, every Node), memoised.
+    def matching(self, selector: Selector | None) -> Sequence[int]:
+        """Positions in :attr:`nodes` of the Nodes ``selector`` matches, ascending
+        (``None``: no selector, every Node); memoised per selector.
 
         Label matching is apimachinery's ``labels.Selector.Matches``
         (:meth:`app.selector.Selector.matches`); DESIGN.md §4.1.
         """
+        if selector is None:
+            return range(len(self.nodes))
         with self._lock:
             hit = self._memo.get(selector)
         if hit is not None:
             return hit
-        nodes = self.nodes
-        if selector is None:
-            hit = Match(range(len(nodes)), (None,) * len(nodes))
-        else:
-            matches = selector.matches
-            verdicts: list[NodeVerdict | None] = []
-            indices: list[int] = []
-            for i, node in enumerate(nodes):
-                if matches(node.labels):
-                    indices.append(i)
-                    verdicts.append(None)
-                else:
-                    verdicts.append(
-                        node.verdict_cache.get("SelectorMismatch")
-                        or new_verdict(node, "SelectorMismatch")
-                    )
-            hit = Match(tuple(indices), tuple(verdicts))
+        if self._labels is None:
+            self._labels = tuple(node.labels for node in self.nodes)
+        matches = selector.matches
+        found = array("I", [i for i, labels in enumerate(self._labels) if matches(labels)])
         with self._lock:
-            if len(self._memo) >= MAX_MEMOISED_SELECTORS:
-                del self._memo[next(iter(self._memo))]
-            self._memo[selector] = hit
-        return hit
+            if selector not in self._memo:
+                self._memo[selector] = found
+                self._memo_size += len(found)
+                while self._memo_size > MAX_MEMOISED_INDICES and len(self._memo) > 1:
+                    self._memo_size -= len(self._memo.pop(next(iter(self._memo))))
+        return found
+
+    def mismatch_verdicts(self) -> tuple[NodeVerdict, ...]:
+        """Every Node's ``SelectorMismatch`` verdict, in :attr:`nodes` order (built once):
+        ``select`` copies it and overwrites the slots of the matching Nodes."""
+        verdicts = self._mismatch
+        if verdicts is None:
+            verdicts = tuple(
+                node.verdict_cache.get("SelectorMismatch") or new_verdict(node, "SelectorMismatch")
+                for node in self.nodes
+            )
+            self._mismatch = verdicts
+        return verdicts
 
 
 def node_index(nodes: Iterable[NodeView] | NodeIndex) -> NodeIndex:

@@ -9,7 +9,7 @@ Hot-path notes (target: 5,000 nodes well under 5 ms): addresses are parsed once 
 :func:`app.views.node_view`; selectors are parsed once per text (``parse_cached``);
 verdict objects are memoised on each :class:`~app.views.NodeView`, so a call creates no
 per-node object beyond a list slot and, for candidates, an index. The selector is applied
-to Nodes in one place, :meth:`app.nodeindex.NodeIndex.match`, memoised per selector and
+to Nodes in one place, :meth:`app.nodeindex.NodeIndex.matching`, memoised per selector and
 Node snapshot when the caller passes a :class:`NodeIndex` (the reconciler does).
 """
 
@@ -157,7 +157,7 @@ def _filter_nodes(
 ) -> tuple[list[int], list[NodeView], int]:
     """DESIGN.md §4.2-§4.3: KEP-3458 predicates and eTP=Local endpoints, applied to the
     ``matched`` positions of ``nodes`` (those the selector matches, §4.1, from
-    :meth:`NodeIndex.match`).
+    :meth:`NodeIndex.matching`).
 
     Fills the verdict slot of every dropped node; returns the candidates' indices and
     nodes, and how many matched nodes passed the predicates.
@@ -266,12 +266,15 @@ def select(
     local = service.external_traffic_policy == LOCAL
     index = node_index(nodes)
     node_list = index.nodes
-    match = index.match(selector)
-    verdicts = list(match.verdicts)
-    matched = len(match.indices)
+    matching = index.matching(selector)
+    # Every slot of a matching Node is overwritten below; the others keep SelectorMismatch.
+    verdicts: list[NodeVerdict | None] = (
+        [None] * len(node_list) if selector is None else list(index.mismatch_verdicts())
+    )
+    matched = len(matching)
     indices, candidates, eligible = _filter_nodes(
         nodes=node_list,
-        matched=match.indices,
+        matched=matching,
         ready_names=_ready_node_names(service, endpoint_slices) if local else None,
         verdicts=verdicts,
     )

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from app import nodeindex
 from app.config import SelectionSettings
-from app.nodeindex import MAX_MEMOISED_SELECTORS, NodeIndex
+from app.nodeindex import NodeIndex
 from app.nodeipam import select
 from app.selector import parse
 from tests.core.builders import NOW, node, run, service
@@ -54,13 +55,18 @@ def test_one_index_serves_services_with_different_selectors() -> None:
             assert got.ingress == ({"ip": expected, "ipMode": "VIP"},), selector
 
 
-def test_match_is_memoised_per_selector_and_bounded() -> None:
+def test_matching_is_memoised_per_selector_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     index = NodeIndex([node("a", labels={"pool": "edge"}), node("b")])
     edge = parse("pool=edge")
-    assert list(index.match(edge).indices) == [0]
-    assert index.match(edge) is index.match(edge), "memoised"
-    assert [v and v.code for v in index.match(edge).verdicts] == [None, "SelectorMismatch"]
-    for i in range(MAX_MEMOISED_SELECTORS + 5):
-        index.match(parse(f"n={i}"))
-    assert index.match(edge) is not None
-    assert list(index.match(None).indices) == [0, 1]
+    assert list(index.matching(edge)) == [0]
+    assert index.matching(edge) is index.matching(edge), "memoised"
+    assert [v.code for v in index.mismatch_verdicts()] == ["SelectorMismatch"] * 2
+    monkeypatch.setattr(nodeindex, "MAX_MEMOISED_INDICES", 3)
+    everything = parse("!nothing")
+    assert list(index.matching(everything)) == [0, 1]
+    assert index.matching(everything) is index.matching(everything)
+    again = index.matching(edge)
+    assert list(again) == [0], "the oldest entry was dropped, then recomputed"
+    assert list(index.matching(None)) == [0, 1]

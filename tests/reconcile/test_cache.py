@@ -57,7 +57,7 @@ def test_node_index_is_shared_until_a_node_changes() -> None:
     index = cache.node_index()
     assert cache.node_index() is index, "one index per Node snapshot"
     assert [n.name for n in index.nodes] == ["a", "b"]
-    assert list(index.match(edge).indices) == [0]
+    assert list(index.matching(edge)) == [0]
     cache.put("nodes", "b", node_view(node("b", labels={"pool": "edge"})))
     assert cache.node_index() is not index
-    assert list(cache.node_index().match(edge).indices) == [0, 1]
+    assert list(cache.node_index().matching(edge)) == [0, 1]
