@@ -5,18 +5,23 @@ the token is checked with a ``TokenReview``, access with a ``SubjectAccessReview
 non-resource URL (verb = lower-cased HTTP method, path = request path). Results are cached
 briefly (authentication 1 min; allow 5 min, deny 30 s) so a scraper does not cost two API
 calls per request. 401 for a missing or rejected token, 403 for a denial.
+
+This module holds the caching and the decision only: the two requests go through the
+client layer, :class:`app.kube.ReviewAPI` (``KubernetesAPI`` in ``serve``), as raw JSON.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from app.kube import ReviewAPI
 
 log = logging.getLogger("node_ipam_lb.auth")
 
@@ -59,16 +64,6 @@ class AllowAll:
         """Allow everything."""
 
 
-class ReviewClient(Protocol):
-    """The two API calls :class:`KubernetesAuthorizer` needs (TokenReview, SAR)."""
-
-    def token_review(self, token: str) -> User | None:
-        """The user the token belongs to, or None when the API server rejects it."""
-
-    def access_review(self, *, user: User, verb: str, path: str) -> bool:
-        """SubjectAccessReview on a non-resource URL: True when allowed."""
-
-
 class _TTLCache:
     """A small thread-safe map whose entries expire ``ttl`` seconds after being set."""
 
@@ -95,8 +90,8 @@ class _TTLCache:
 class KubernetesAuthorizer:
     """``--auth kubernetes``: TokenReview + SubjectAccessReview with brief caching."""
 
-    def __init__(self, client: ReviewClient, *, clock: Callable[[], float] = time.monotonic):
-        self._client = client
+    def __init__(self, api: ReviewAPI, *, clock: Callable[[], float] = time.monotonic):
+        self._api = api
         self._tokens = _TTLCache(clock)
         self._decisions = _TTLCache(clock)
 
@@ -115,7 +110,7 @@ class KubernetesAuthorizer:
         key = (digest, verb, path)
         found, allowed = self._decisions.get(key)
         if not found:
-            allowed = self._ask(lambda: self._client.access_review(user=user, verb=verb, path=path))
+            allowed = self._ask(lambda: access_review(self._api, user=user, verb=verb, path=path))
             self._decisions.put(key, allowed, ALLOW_TTL_SECONDS if allowed else DENY_TTL_SECONDS)
         if not allowed:
             raise AccessError(403, f'Forbidden: user "{user.username}" cannot {verb} path "{path}"')
@@ -123,7 +118,7 @@ class KubernetesAuthorizer:
     def _authenticate(self, digest: str, token: str) -> User:
         found, user = self._tokens.get(digest)
         if not found:
-            user = self._ask(lambda: self._client.token_review(token))
+            user = self._ask(lambda: token_review(self._api, token))
             self._tokens.put(digest, user, TOKEN_TTL_SECONDS)
         if user is None:
             raise AccessError(401, "Unauthorized: the bearer token was rejected")
@@ -139,60 +134,49 @@ class KubernetesAuthorizer:
             raise AccessError(503, f"cannot review access now: {err}") from err
 
 
-class KubeReviewClient:
-    """:class:`ReviewClient` over the official ``kubernetes`` client's ApiClient."""
-
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes import client
-
-        self._authn = client.AuthenticationV1Api(api_client)
-        self._authz = client.AuthorizationV1Api(api_client)
-
-    def token_review(self, token: str) -> User | None:
-        """POST ``authentication.k8s.io/v1`` TokenReview; None when not authenticated."""
-        body: Any = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": {"token": token},
-        }
-        status = (
-            _json(self._authn.create_token_review(body, _preload_content=False)).get("status") or {}
-        )
-        if not status.get("authenticated"):
-            return None
-        user = status.get("user") or {}
-        return User(
-            username=user.get("username") or "",
-            uid=user.get("uid") or "",
-            groups=tuple(user.get("groups") or ()),
-            extra={k: list(v) for k, v in (user.get("extra") or {}).items()},
-        )
-
-    def access_review(self, *, user: User, verb: str, path: str) -> bool:
-        """POST ``authorization.k8s.io/v1`` SubjectAccessReview for a non-resource URL."""
-        spec: dict[str, Any] = {
-            "user": user.username,
-            "groups": list(user.groups),
-            "nonResourceAttributes": {"path": path, "verb": verb},
-        }
-        if user.uid:
-            spec["uid"] = user.uid
-        if user.extra:
-            spec["extra"] = user.extra
-        body: Any = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": spec,
-        }
-        status = (
-            _json(self._authz.create_subject_access_review(body, _preload_content=False)).get(
-                "status"
-            )
-            or {}
-        )
-        return bool(status.get("allowed"))
+def token_review(api: ReviewAPI, token: str) -> User | None:
+    """Who ``token`` belongs to, by an ``authentication.k8s.io/v1`` TokenReview; ``None``
+    when the API server does not authenticate it (or answers without a username).
+    Raises :class:`app.kube.ApiError`."""
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": token},
+    }
+    status = _mapping(api.create_token_review(body=body).get("status"))
+    user = _mapping(status.get("user"))
+    username = user.get("username")
+    if status.get("authenticated") is not True or not isinstance(username, str) or not username:
+        return None  # not authenticated, or an answer that names nobody: never a user ""
+    return User(
+        username=username,
+        uid=str(user.get("uid") or ""),
+        groups=tuple(str(g) for g in user.get("groups") or ()),
+        extra={
+            str(k): [str(x) for x in v] if isinstance(v, list) else []
+            for k, v in _mapping(user.get("extra")).items()
+        },
+    )
 
 
-def _json(response: Any) -> dict[str, Any]:
-    data = json.loads(response.data)
-    return data if isinstance(data, dict) else {}
+def access_review(api: ReviewAPI, *, user: User, verb: str, path: str) -> bool:
+    """Whether ``user`` may ``verb`` the non-resource URL ``path``, by an
+    ``authorization.k8s.io/v1`` SubjectAccessReview (``status.allowed``).
+    Raises :class:`app.kube.ApiError`."""
+    spec: dict[str, Any] = {
+        "user": user.username,
+        "groups": list(user.groups),
+        "nonResourceAttributes": {"path": path, "verb": verb},
+    }
+    if user.uid:
+        spec["uid"] = user.uid
+    if user.extra:
+        spec["extra"] = user.extra
+    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+    return (
+        _mapping(api.create_subject_access_review(body=body).get("status")).get("allowed") is True
+    )
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -123,9 +123,23 @@ class CertificateAPI(Protocol):
         ...
 
 
+class ReviewAPI(Protocol):
+    """The calls of bearer-token access control (:mod:`app.auth`): create-only reviews,
+    answered in the response body (nothing is stored). Errors: :class:`ApiError`."""
+
+    def create_token_review(self, *, body: dict[str, Any]) -> dict[str, Any]:
+        """POST an ``authentication.k8s.io/v1`` TokenReview; the answer holds ``status``."""
+        ...
+
+    def create_subject_access_review(self, *, body: dict[str, Any]) -> dict[str, Any]:
+        """POST an ``authorization.k8s.io/v1`` SubjectAccessReview; the answer holds
+        ``status.allowed``."""
+        ...
+
+
 class KubernetesAPI:
-    """:class:`KubeAPI` and :class:`CertificateAPI` on a ``kubernetes.client.ApiClient``
-    (kubeconfig or in-cluster).
+    """:class:`KubeAPI`, :class:`CertificateAPI` and :class:`ReviewAPI` on a
+    ``kubernetes.client.ApiClient`` (kubeconfig or in-cluster).
 
     ``request_timeout`` (seconds) bounds every non-watch call, connect and read.
     """
@@ -205,6 +219,15 @@ class KubernetesAPI:
         """See :meth:`CertificateAPI.patch_webhook_configuration`."""
         path = f"{WEBHOOK_CONFIGURATIONS}/{kind}/{name}"
         return self._json("PATCH", path, body=patch, content_type=JSON_PATCH)
+
+    def create_token_review(self, *, body: dict[str, Any]) -> dict[str, Any]:
+        """See :meth:`ReviewAPI.create_token_review`."""
+        return self._json("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=body)
+
+    def create_subject_access_review(self, *, body: dict[str, Any]) -> dict[str, Any]:
+        """See :meth:`ReviewAPI.create_subject_access_review`."""
+        path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        return self._json("POST", path, body=body)
 
     def _json_or_none(self, method: str, path: str) -> dict[str, Any] | None:
         try:

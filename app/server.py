@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from app import tls
-from app.auth import AllowAll, Authorizer, KubeReviewClient, KubernetesAuthorizer
+from app.auth import AllowAll, Authorizer, KubernetesAuthorizer
 from app.config import Settings
 from app.logs import configure, log_event
 from app.main import create_app
@@ -144,11 +144,16 @@ def build(settings: Settings, *, workdir: Path) -> tuple[Any, Any, uvicorn.Confi
         StartupError: see :func:`api_client_for` and :func:`tls_context`.
     """
     from app.controller import Controller
+    from app.kube import KubernetesAPI
 
     api_client, in_cluster = api_client_for(settings)
     auth = settings.auth or ("kubernetes" if in_cluster else "none")
     authorizer: Authorizer = (
-        KubernetesAuthorizer(KubeReviewClient(api_client)) if auth == "kubernetes" else AllowAll()
+        KubernetesAuthorizer(
+            KubernetesAPI(api_client, request_timeout=settings.request_timeout_seconds)
+        )
+        if auth == "kubernetes"
+        else AllowAll()
     )
     identity = leader_identity()
     controller = Controller(settings=settings, api_client=api_client, identity=identity)

@@ -50,3 +50,26 @@ def test_a_watch_streams_raw_events_and_closes_from_another_thread(
     stream.close()
     reader.join(5)
     assert not reader.is_alive(), "close() ends a blocked read"
+
+
+def test_token_and_access_reviews_go_through_the_client_layer(fake_api: FakeApiServer) -> None:
+    """app.auth's two requests (TokenReview, SubjectAccessReview) as raw JSON, and the
+    decision built on them, against the fake API's review endpoints."""
+    from app.auth import AccessError, KubernetesAuthorizer
+
+    fake_api.add_token("good", username="prom", groups=["system:serviceaccounts"])
+    fake_api.allow_non_resource(user="prom", path="/metrics", verb="get")
+    api = KubernetesAPI(fake_api.client())
+    answer = api.create_token_review(
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+              "spec": {"token": "good"}}
+    )  # fmt: skip
+    assert answer["status"]["user"]["username"] == "prom"
+    authorizer = KubernetesAuthorizer(api)
+    authorizer.check(token="good", verb="get", path="/metrics")
+    with pytest.raises(AccessError) as denied:
+        authorizer.check(token="good", verb="get", path="/preview")
+    assert denied.value.status == 403
+    with pytest.raises(AccessError) as rejected:
+        authorizer.check(token="bad", verb="get", path="/metrics")
+    assert rejected.value.status == 401

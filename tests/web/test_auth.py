@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
-from app.auth import AccessError, KubernetesAuthorizer, User
+from app.auth import AccessError, KubernetesAuthorizer
 from app.config import Settings
+from app.kube import ApiError
 from app.main import create_app
 from tests.admission.builders import review, service
 from tests.web.conftest import AppClient, FakeController
@@ -16,7 +18,8 @@ from tests.web.conftest import AppClient, FakeController
 
 @dataclass
 class FakeReviews:
-    """TokenReview/SubjectAccessReview answers by token and by (user, path)."""
+    """A :class:`app.kube.ReviewAPI` answering TokenReview/SubjectAccessReview bodies (raw
+    JSON, like the API server) by token and by (user, verb, path)."""
 
     users: dict[str, str] = field(
         default_factory=lambda: {"good": "system:serviceaccount:mon:prom"}
@@ -26,17 +29,26 @@ class FakeReviews:
     )
     failing: bool = False
     calls: list[str] = field(default_factory=list)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
 
-    def token_review(self, token: str) -> User | None:
+    def create_token_review(self, *, body: dict[str, Any]) -> dict[str, Any]:
         self.calls.append("TokenReview")
+        self.bodies.append(body)
         if self.failing:
-            raise ConnectionError("connection refused")
-        name = self.users.get(token)
-        return User(username=name, groups=("system:authenticated",)) if name else None
+            raise ApiError(0, "connection refused")
+        name = self.users.get(body["spec"]["token"])
+        if not name:
+            return {**body, "status": {"authenticated": False, "error": "invalid token"}}
+        user = {"username": name, "uid": "u-1", "groups": ["system:authenticated"]}
+        return {**body, "status": {"authenticated": True, "user": user}}
 
-    def access_review(self, *, user: User, verb: str, path: str) -> bool:
+    def create_subject_access_review(self, *, body: dict[str, Any]) -> dict[str, Any]:
         self.calls.append("SubjectAccessReview")
-        return (user.username, verb, path) in self.allowed
+        self.bodies.append(body)
+        spec = body["spec"]
+        attrs = spec["nonResourceAttributes"]
+        allowed = (spec["user"], attrs["verb"], attrs["path"]) in self.allowed
+        return {**body, "status": {"allowed": allowed}}
 
 
 class Clock:
@@ -148,3 +160,52 @@ def test_admission_needs_no_token(protected: AppClient) -> None:
 def test_kubernetes_auth_without_an_authorizer_is_refused() -> None:
     with pytest.raises(ValueError, match="auth"):
         create_app(Settings(auth="kubernetes"))
+
+
+def test_the_reviews_sent_are_the_api_servers_own_shapes() -> None:
+    reviews = FakeReviews()
+    KubernetesAuthorizer(reviews).check(token="good", verb="get", path="/metrics")
+    assert reviews.bodies == [
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": "good"},
+        },
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": "system:serviceaccount:mon:prom",
+                "groups": ["system:authenticated"],
+                "nonResourceAttributes": {"path": "/metrics", "verb": "get"},
+                "uid": "u-1",
+            },
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {},
+        {"status": None},
+        {"status": []},
+        {"status": {"authenticated": "yes", "user": {"username": "mallory"}}},
+        {"status": {"authenticated": True, "user": {}}},
+        {"status": {"authenticated": True, "user": {"username": 7}}},
+    ],
+    ids=[
+        "no status",
+        "null status",
+        "status not an object",
+        "authenticated not a bool",
+        "no username",
+        "username not a string",
+    ],
+)
+def test_a_garbled_token_review_answer_is_a_rejected_token(answer: dict[str, Any]) -> None:
+    reviews = FakeReviews()
+    reviews.create_token_review = lambda *, body: answer  # type: ignore[method-assign]
+    with pytest.raises(AccessError) as err:
+        KubernetesAuthorizer(reviews).check(token="good", verb="get", path="/metrics")
+    assert err.value.status == 401
