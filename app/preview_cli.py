@@ -2,7 +2,8 @@
 
 Output formats: ``table`` (like ``kubectl get svc``: NAMESPACE, NAME, CLASS, EXTERNAL-IP,
 REASON; warnings go to stderr as ``Warning: ...`` lines, like kubectl's), ``json`` and
-``yaml`` (``{"items": [Selection.to_dict(), ...]}``).
+``yaml`` (``{"items": [Selection.to_dict(), ...]}``, streamed item by item by
+:mod:`app.preview_output`).
 
 Exit codes: 0 every Service previewed; 1 previewed, but at least one Service has an
 ``error`` (malformed selector annotation: the controller would not write its status);
@@ -12,38 +13,37 @@ object, nothing on stdout).
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
-
-import yaml
 
 from app.config import SelectionSettings
 from app.dump import DumpError, DumpViews, load_views
 from app.nodeipam import Selection, select
+from app.preview_output import write_json, write_yaml
 from app.views import EndpointSliceView
 
 OUTPUT_FORMATS = ("table", "json", "yaml")
 EXIT_OK, EXIT_SERVICE_ERROR, EXIT_UNUSABLE = 0, 1, 2
 
 
-def preview_dump(views: DumpViews, *, settings: SelectionSettings, now: float) -> list[Selection]:
-    """One :class:`Selection` per Service of ``views``, in namespace/name order."""
+def preview_dump(
+    views: DumpViews, *, settings: SelectionSettings, now: float
+) -> Iterator[Selection]:
+    """One :class:`Selection` per Service of ``views``, in namespace/name order, computed
+    as it is consumed (a 5,000-node Selection holds 5,000 verdicts)."""
     by_service: dict[tuple[str, str | None], list[EndpointSliceView]] = defaultdict(list)
     for s in views.endpoint_slices:
         by_service[s.namespace, s.service_name].append(s)
-    return [
-        select(
+    for svc in views.services:
+        yield select(
             service=svc,
             nodes=views.nodes,
             endpoint_slices=by_service.get((svc.namespace, svc.name), []),
             settings=settings,
             now=now,
         )
-        for svc in views.services
-    ]
 
 
 def _external_ip(sel: Selection) -> str:
@@ -65,14 +65,6 @@ def format_table(selections: Sequence[Selection], classes: Sequence[str | None])
         "   ".join(cell.ljust(w) for cell, w in zip(r, [*widths, 0], strict=True)).rstrip()
         for r in rows
     )
-
-
-def format_items(selections: Sequence[Selection], output: str) -> str:
-    """``json`` or ``yaml`` text of ``{"items": [...]}``."""
-    doc: dict[str, Any] = {"items": [s.to_dict() for s in selections]}
-    if output == "json":
-        return json.dumps(doc, indent=2)
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000).rstrip("\n")
 
 
 def run_preview(
@@ -108,11 +100,20 @@ def run_preview(
         views, settings=selection_settings, now=time.time() if now is None else now
     )
     if output == "table":
+        listed = list(selections)
         classes = [svc.load_balancer_class for svc in views.services]
-        print(format_table(selections, classes), file=stdout)
-        for sel in selections:
+        print(format_table(listed, classes), file=stdout)
+        for sel in listed:
             for warning in sel.warnings:
                 print(f"Warning: {sel.namespace}/{sel.name}: {warning}", file=stderr)
-    else:
-        print(format_items(selections, output), file=stdout)
-    return EXIT_SERVICE_ERROR if any(s.error for s in selections) else EXIT_OK
+        return EXIT_SERVICE_ERROR if any(s.error for s in listed) else EXIT_OK
+    failed = False
+
+    def tracked() -> Iterator[Selection]:
+        nonlocal failed
+        for sel in selections:
+            failed = failed or bool(sel.error)
+            yield sel
+
+    (write_json if output == "json" else write_yaml)(tracked(), stdout)
+    return EXIT_SERVICE_ERROR if failed else EXIT_OK
