@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from app.selector import Selector
 from app.verdicts import NodeVerdict, new_verdict
@@ -33,11 +33,10 @@ class NodeIndex:
     Node snapshot and share it between threads; never mutate the NodeViews it holds.
     """
 
-    __slots__ = ("_labels", "_lock", "_memo", "_memo_size", "_mismatch", "nodes")
+    __slots__ = ("_lock", "_memo", "_memo_size", "_mismatch", "nodes")
 
     def __init__(self, nodes: Iterable[NodeView]) -> None:
         self.nodes: tuple[NodeView, ...] = tuple(nodes)
-        self._labels: tuple[Mapping[str, str], ...] | None = None
         self._memo: dict[Selector, array[int]] = {}
         self._memo_size = 0
         self._mismatch: tuple[NodeVerdict, ...] | None = None
@@ -59,10 +58,8 @@ class NodeIndex:
             hit = self._memo.get(selector)
         if hit is not None:
             return hit
-        if self._labels is None:
-            self._labels = tuple(node.labels for node in self.nodes)
         matches = selector.matches
-        found = array("I", [i for i, labels in enumerate(self._labels) if matches(labels)])
+        found = array("I", [i for i, node in enumerate(self.nodes) if matches(node.labels)])
         with self._lock:
             if selector not in self._memo:
                 self._memo[selector] = found
@@ -77,8 +74,11 @@ class NodeIndex:
         verdicts = self._mismatch
         if verdicts is None:
             verdicts = tuple(
-                node.verdict_cache.get("SelectorMismatch") or new_verdict(node, "SelectorMismatch")
-                for node in self.nodes
+                [
+                    node.verdict_cache.get("SelectorMismatch")
+                    or new_verdict(node, "SelectorMismatch")
+                    for node in self.nodes
+                ]
             )
             self._mismatch = verdicts
         return verdicts
