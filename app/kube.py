@@ -246,15 +246,7 @@ class KubernetesAPI:
         content_type: str = "application/json",
     ) -> None:
         """A write whose answer is not needed: check the status, skip decoding the body."""
-        response = self._call(
-            method, path, query=None, body=body, content_type=content_type, timeout=None
-        )
-        try:
-            data = response.data
-        except Exception as err:  # urllib3 raises several unrelated types mid-body
-            raise ApiError(0, f"{method} {path}: reading the response: {err}") from err
-        if not 200 <= response.status <= 299:
-            _raise_for(response.status, data)
+        self._checked(method, path, query=None, body=body, content_type=content_type)
 
     def _json(
         self,
@@ -265,22 +257,42 @@ class KubernetesAPI:
         body: dict[str, Any] | list[Any] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
+        status, data = self._checked(
+            method, path, query=query, body=body, content_type=content_type
+        )
+        try:
+            decoded = json.loads(data)
+        except ValueError as err:
+            raise ApiError(status, f"{method} {path}: response is not JSON") from err
+        if not isinstance(decoded, dict):
+            raise ApiError(status, f"{method} {path}: response is not a JSON object")
+        return decoded
+
+    def _checked(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None,
+        body: dict[str, Any] | list[Any] | None,
+        content_type: str,
+    ) -> tuple[int, bytes]:
+        """Send one request; return ``(status, body)`` of a 2xx answer.
+
+        Raises:
+            ApiError: a non-2xx answer (its Status message), or status 0 when the body
+                could not be read.
+        """
         response = self._call(
             method, path, query=query, body=body, content_type=content_type, timeout=None
         )
         try:
-            data = response.data
+            data: bytes = response.data
         except Exception as err:  # urllib3 raises several unrelated types mid-body
             raise ApiError(0, f"{method} {path}: reading the response: {err}") from err
         if not 200 <= response.status <= 299:
             _raise_for(response.status, data)
-        try:
-            decoded = json.loads(data)
-        except ValueError as err:
-            raise ApiError(response.status, f"{method} {path}: response is not JSON") from err
-        if not isinstance(decoded, dict):
-            raise ApiError(response.status, f"{method} {path}: response is not a JSON object")
-        return decoded
+        return response.status, data
 
     def _auth_headers(self) -> dict[str, str]:
         """Default headers plus ``authorization``, re-derived every ``AUTH_REFRESH_SECONDS``:
