@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.config import SelectionSettings
-from app.nodeipam import is_managed, select
+from app.nodeipam import NodeIndex, Selection, is_managed, select
+from app.selection_memo import SelectionMemo
 from app.selector import SelectorError, go_quote, parse
 from app.views import EndpointSliceView, NodeView, ServiceView, ViewError, service_view
 
@@ -68,11 +69,16 @@ class ClusterSnapshot:
 
     ``endpoint_slices`` are the Service's own (namespace + ``kubernetes.io/service-name``);
     ``now`` is epoch seconds (the NotReady grace period of §4 is measured against it).
+    ``nodes`` is the cache's Node snapshot, preferably its :class:`NodeIndex` (memoised
+    selector matches); with ``memo`` it must be the snapshot object itself, never a copy.
     """
 
-    nodes: Sequence[NodeView]
+    nodes: Sequence[NodeView] | NodeIndex
     endpoint_slices: Sequence[EndpointSliceView]
     now: float
+    memo: SelectionMemo[tuple[str, ...]] | None = None
+    """Memo of the cluster-state warnings by the inputs of ``select`` (the webhook's, kept
+    across requests); ``None`` calls ``select`` every time. Same inputs, same warnings."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +202,7 @@ def validate(
     if managed and empty_selector:
         warnings.append(_short(f"{key} is empty: it selects every eligible node"))
     if managed and snapshot is not None:
-        warnings.extend(_cluster_warnings(view, settings=settings, snapshot=snapshot, key=key))
+        warnings.extend(_cluster_warnings(view, settings=settings, snapshot=snapshot))
     return Decision(warnings=tuple(warnings))
 
 
@@ -249,8 +255,17 @@ def json_pointer(*tokens: str) -> str:
 
 
 def _cluster_warnings(
-    view: ServiceView, *, settings: SelectionSettings, snapshot: ClusterSnapshot, key: str
-) -> list[str]:
+    view: ServiceView, *, settings: SelectionSettings, snapshot: ClusterSnapshot
+) -> tuple[str, ...]:
+    if snapshot.memo is not None:
+        return snapshot.memo.derived(
+            service=view,
+            nodes=snapshot.nodes,
+            endpoint_slices=snapshot.endpoint_slices,
+            settings=settings,
+            now=snapshot.now,
+            derive=_selection_warnings,
+        )
     selection = select(
         service=view,
         nodes=snapshot.nodes,
@@ -258,14 +273,22 @@ def _cluster_warnings(
         settings=settings,
         now=snapshot.now,
     )
+    return _selection_warnings(view, settings, selection)
+
+
+def _selection_warnings(
+    view: ServiceView, settings: SelectionSettings, selection: Selection
+) -> tuple[str, ...]:
+    """The cluster-state warnings read from the Selection's verdicts (a memo's ``derive``)."""
     if selection.error is not None or any(v.selected for v in selection.nodes):
-        return []
+        return ()
+    key = settings.match_node_labels_annotation
     codes = {v.code for v in selection.nodes}
     if view.match_node_labels and codes <= {"SelectorMismatch"}:
-        return [_short(f"{key} matches no node now: the Service gets no ingress")]
+        return (_short(f"{key} matches no node now: the Service gets no ingress"),)
     if view.external_traffic_policy == "Local" and "NoReadyEndpoint" in codes:
-        return [_short("externalTrafficPolicy is Local and no node has a ready endpoint now")]
-    return []
+        return (_short("externalTrafficPolicy is Local and no node has a ready endpoint now"),)
+    return ()
 
 
 def _view(request: AdmissionRequest, *, key: str) -> ServiceView:

@@ -23,6 +23,7 @@ import httpx
 
 from app.config import Settings
 from app.main import create_app
+from app.nodeindex import NodeIndex
 from bench.bench_core import make_nodes
 
 ROUNDS = 300
@@ -33,9 +34,13 @@ class Cache:
 
     def __init__(self, nodes: list[Any], *, synced: bool) -> None:
         self._nodes, self.synced = nodes, synced
+        self._index = NodeIndex(nodes)
 
     def nodes(self) -> list[Any]:
         return self._nodes
+
+    def node_index(self) -> NodeIndex:
+        return self._index
 
     def service(self, namespace: str, name: str) -> None:
         return None

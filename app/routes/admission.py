@@ -163,8 +163,12 @@ def _snapshot(
     cache = state.cache
     if not review.checked or cache is None or not cache.synced:
         return None
+    # The cache's NodeIndex (one per Node snapshot, selector matches memoised) and the
+    # app's memo: a Service seen before with the same Nodes and EndpointSlices costs no
+    # select() at all, a new one a single select() (app/selection_memo.py says why exact).
     return admission.ClusterSnapshot(
-        nodes=cache.nodes(),
+        nodes=cache.node_index(),
         endpoint_slices=cache.endpoint_slices(review.namespace, review.name),
         now=state.clock(),
+        memo=state.admission_memo,
     )

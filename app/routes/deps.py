@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
 from fastapi import Depends, HTTPException, Request
 
 from app.auth import AccessError, Authorizer
 from app.config import SelectionSettings, Settings
+from app.nodeindex import NodeIndex
+from app.selection_memo import SelectionMemo
 from app.views import EndpointSliceView, NodeView, ServiceView
 
 MAX_BODY_BYTES = 7 * 1024 * 1024
@@ -29,6 +31,7 @@ class CacheLike(Protocol):
     @property
     def synced(self) -> bool: ...
     def nodes(self) -> list[NodeView]: ...
+    def node_index(self) -> NodeIndex: ...
     def service(self, namespace: str, name: str) -> ServiceView | None: ...
     def endpoint_slices(self, namespace: str, service_name: str) -> list[EndpointSliceView]: ...
 
@@ -49,7 +52,9 @@ class ControllerLike(Protocol):
 class AppState:
     """Everything a request handler needs; stored on ``app.state.node_ipam``.
 
-    ``clock`` is the wall clock (epoch seconds) passed to the selection as ``now``.
+    ``clock`` is the wall clock (epoch seconds) passed to the selection as ``now``;
+    ``admission_memo`` keeps the validating webhook's cluster-state warnings by the inputs
+    of ``select`` across requests (:mod:`app.selection_memo`).
     """
 
     settings: Settings
@@ -58,6 +63,7 @@ class AppState:
     cache: CacheLike | None
     authorizer: Authorizer
     clock: Callable[[], float]
+    admission_memo: SelectionMemo[tuple[str, ...]] = field(default_factory=SelectionMemo)
 
 
 def get_state(request: Request) -> AppState:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from app import admission
 from app.config import SelectionSettings
+from app.selection_memo import SelectionMemo
 from tests.admission.builders import (
     ANNOTATION,
     endpoint_slice,
@@ -225,6 +227,19 @@ def test_valid_service_is_allowed_with_warnings(
         for warning, prefix in zip(decision.warnings, expected, strict=True):
             assert warning.startswith(prefix)
             assert len(warning) <= admission.MAX_WARNING_CHARS
+
+
+def test_memoised_warnings_equal_a_fresh_select_for_every_case() -> None:
+    """serve keeps one SelectionMemo across requests: every case, asked twice through one
+    shared memo (one Node snapshot for all), gets exactly the unmemoised warnings."""
+    memo: SelectionMemo[tuple[str, ...]] = SelectionMemo()
+    for _, svc, settings, snap, _ in WARN_CASES:
+        body = review(svc)
+        plain = validate(body, settings=settings, snap=snap)
+        shared = None if snap is None else dataclasses.replace(snap, memo=memo)
+        for attempt in ("miss", "hit"):
+            assert validate(body, settings=settings, snap=shared) == plain, attempt
+    assert memo.hits > 0 and memo.misses > 0
 
 
 def test_warnings_stay_within_120_characters_for_long_names() -> None:

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from app.config import Settings
 from app.main import create_app
+from app.nodeindex import NodeIndex
 from app.views import EndpointSliceView, NodeView, ServiceView, service_view
 from tests.admission.builders import endpoint_slice, node, service
 
@@ -64,6 +65,10 @@ class FakeCache:
 
     def nodes(self) -> list[NodeView]:
         return list(self.node_views)
+
+    def node_index(self) -> NodeIndex:
+        """A new snapshot per call (tests mutate ``node_views``), like a Node change."""
+        return NodeIndex(self.node_views)
 
     def service(self, namespace: str, name: str) -> ServiceView | None:
         return self.services.get((namespace, name))
