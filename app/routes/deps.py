@@ -66,8 +66,9 @@ class AppState:
     admission_memo: SelectionMemo[tuple[str, ...]] = field(default_factory=SelectionMemo)
 
 
-def get_state(request: Request) -> AppState:
-    """The :class:`AppState` of the running app."""
+async def get_state(request: Request) -> AppState:
+    """The :class:`AppState` of the running app (``async``: FastAPI would run a plain
+    ``def`` dependency in the thread pool, a thread hop per request for an attribute read)."""
     state: AppState = request.app.state.node_ipam
     return state
 
