@@ -24,7 +24,7 @@ from typing import Any
 from app.config import SelectionSettings
 from app.nodeipam import NodeIndex, Selection, is_managed, select
 from app.selection_memo import SelectionMemo
-from app.selector import SelectorError, go_quote, parse
+from app.selector import SelectorError, go_quote, parse_cached
 from app.views import EndpointSliceView, NodeView, ServiceView, ViewError, service_view
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
@@ -79,6 +79,9 @@ class ClusterSnapshot:
     memo: SelectionMemo[tuple[str, ...]] | None = None
     """Memo of the cluster-state warnings by the inputs of ``select`` (the webhook's, kept
     across requests); ``None`` calls ``select`` every time. Same inputs, same warnings."""
+    memo_only: bool = False
+    """With ``memo``: raise :class:`~app.selection_memo.NotMemoised` instead of calling
+    ``select`` (the route answers memo hits on the event loop, the rest in the thread pool)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +183,7 @@ def validate(
     empty_selector = False
     if value is not None:
         try:
-            empty_selector = parse(value).empty()
+            empty_selector = parse_cached(value).empty()
         except SelectorError as err:
             message = f"metadata.annotations[{key}]: Invalid value: {go_quote(value)}: {err}"
             old_value = (
@@ -265,6 +268,7 @@ def _cluster_warnings(
             settings=settings,
             now=snapshot.now,
             derive=_selection_warnings,
+            compute=not snapshot.memo_only,
         )
     selection = select(
         service=view,

@@ -46,6 +46,10 @@ MAX_ENTRIES = 1024
 Derive = Callable[[ServiceView, SelectionSettings, Selection], T]
 
 
+class NotMemoised(LookupError):
+    """``derived(..., compute=False)`` has no valid entry: ``select`` would have to run."""
+
+
 class SelectionMemo(Generic[T]):
     """LRU ``(select inputs, derive) → derive(service, settings, select(...))`` for one Node
     snapshot at a time; thread-safe (``select`` runs outside the lock).
@@ -78,6 +82,7 @@ class SelectionMemo(Generic[T]):
         settings: SelectionSettings,
         now: float,
         derive: Derive[T],
+        compute: bool = True,
     ) -> T:
         """``derive(service, settings, select(service=..., nodes=..., ...))``, memoised.
 
@@ -89,6 +94,11 @@ class SelectionMemo(Generic[T]):
             settings: the selection settings.
             now: epoch seconds, as for ``select``.
             derive: pure function of the Service, the settings and its Selection.
+            compute: ``False`` answers only from the memo (for callers that must not
+                spend milliseconds here, such as an event loop).
+
+        Raises:
+            NotMemoised: ``compute`` is ``False`` and no valid entry exists.
         """
         slices = tuple(endpoint_slices)
         key = (
@@ -106,6 +116,8 @@ class SelectionMemo(Generic[T]):
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return entry[0]
+            if not compute:
+                raise NotMemoised("no memoised selection for these inputs")
             self.misses += 1
         selection = select(
             service=service, nodes=nodes, endpoint_slices=slices, settings=settings, now=now

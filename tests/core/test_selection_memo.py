@@ -16,7 +16,7 @@ import pytest
 from app.config import SelectionSettings
 from app.nodeindex import NodeIndex
 from app.nodeipam import Selection, select
-from app.selection_memo import SelectionMemo
+from app.selection_memo import NotMemoised, SelectionMemo
 from app.views import ServiceView
 from tests.core.builders import NOW, endpoint, endpoint_slice, node, service
 
@@ -214,3 +214,21 @@ def test_least_recently_used_entry_is_dropped_beyond_the_bound() -> None:
 def test_bound_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_entries"):
         SelectionMemo(max_entries=0)
+
+
+def test_memo_only_lookup_answers_hits_and_refuses_misses() -> None:
+    """The webhook route answers on the event loop only what needs no select()."""
+    memo: SelectionMemo[Summary] = SelectionMemo()
+    derive, nodes, svc = Counting(), pool_nodes(), service(selector="pool=edge")
+    with pytest.raises(NotMemoised):
+        memo.derived(
+            service=svc, nodes=nodes, endpoint_slices=(), settings=SETTINGS, now=NOW,
+            derive=derive, compute=False,
+        )  # fmt: skip
+    assert derive.calls == 0 and len(memo) == 0
+    computed = ask(memo, derive, svc, nodes)
+    assert computed == memo.derived(
+        service=svc, nodes=nodes, endpoint_slices=(), settings=SETTINGS, now=NOW,
+        derive=derive, compute=False,
+    )  # fmt: skip
+    assert derive.calls == 1

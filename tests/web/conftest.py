@@ -62,13 +62,23 @@ class FakeCache:
     node_views: list[NodeView] = field(default_factory=list)
     services: dict[tuple[str, str], ServiceView] = field(default_factory=dict)
     slices: list[EndpointSliceView] = field(default_factory=list)
+    _index: NodeIndex | None = field(default=None, repr=False)
 
     def nodes(self) -> list[NodeView]:
         return list(self.node_views)
 
     def node_index(self) -> NodeIndex:
-        """A new snapshot per call (tests mutate ``node_views``), like a Node change."""
-        return NodeIndex(self.node_views)
+        """One index per Node snapshot, like ClusterCache: a new one once ``node_views``
+        holds other objects (tests append, remove or replace views)."""
+        nodes = tuple(self.node_views)
+        index = self._index
+        if (
+            index is None
+            or len(index.nodes) != len(nodes)
+            or any(a is not b for a, b in zip(index.nodes, nodes, strict=True))
+        ):
+            index = self._index = NodeIndex(nodes)
+        return index
 
     def service(self, namespace: str, name: str) -> ServiceView | None:
         return self.services.get((namespace, name))

@@ -287,3 +287,57 @@ def test_an_unexpected_error_in_the_decision_is_a_logged_400(
     assert response.status_code == 400
     assert "TypeError(\"unhashable type: 'dict'\")" in response.json()["detail"]
     assert any(r.exc_info and r.exc_info[0] is TypeError for r in caplog.records)
+
+
+@pytest.fixture
+def pool_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records each decision the route sends to the thread pool."""
+    from app.routes import admission as route
+
+    hops: list[str] = []
+    real = route.run_in_threadpool
+
+    async def recording(func: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(kwargs.get("path", "?"))
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(route, "run_in_threadpool", recording)
+    return hops
+
+
+def test_repeated_review_is_answered_from_the_memo_without_the_thread_pool(
+    client: AppClient, pool_hops: list[str]
+) -> None:
+    svc = service(name="new", cls="io.cilium/node", selector="role=gpu")
+    first = post(client, "/validate", review(svc)).json()
+    again = post(client, "/validate", review(svc)).json()
+    assert again == first
+    assert first["response"]["warnings"] == [
+        f"{ANNOTATION} matches no node now: the Service gets no ingress"
+    ]
+    assert pool_hops == ["/validate"]  # only the first one ran select()
+
+
+def test_node_change_between_identical_reviews_changes_the_warning(
+    client: AppClient, cache: Any, pool_hops: list[str]
+) -> None:
+    from tests.admission.builders import node
+
+    svc = service(name="new", cls="io.cilium/node", selector="role=gpu")
+    assert "warnings" in post(client, "/validate", review(svc)).json()["response"]
+    cache.node_views.append(node("gpu-1", {"role": "gpu"}, "10.0.0.3"))
+    assert "warnings" not in post(client, "/validate", review(svc)).json()["response"]
+    assert len(pool_hops) == 2
+
+
+def test_large_body_is_decided_in_the_thread_pool(client: AppClient, pool_hops: list[str]) -> None:
+    from app.routes.admission import INLINE_BODY_BYTES
+
+    svc = service(name="new", cls="io.cilium/node", selector="role=edge")
+    svc["metadata"]["annotations"]["example.com/padding"] = "x" * INLINE_BODY_BYTES
+    for _ in range(2):  # the second is a memo hit, still decoded off the loop
+        response = post(client, "/validate", review(svc))
+        assert response.json()["response"] == {"uid": "uid-1", "allowed": True}
+    bad = json.dumps({"kind": "AdmissionReview", "padding": "x" * INLINE_BODY_BYTES}).encode()
+    assert post(client, "/validate", bad).status_code == 400
+    assert pool_hops == ["/validate"] * 3
