@@ -14,7 +14,8 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz", response_class=PlainTextResponse, summary="Liveness")
 def healthz(state: State) -> PlainTextResponse:
-    """200 ``ok``; 503 with the reason when the controller reports a stuck watch."""
+    """200 ``ok``; 503 with the reason when the controller is unhealthy: a stuck watch,
+    or a Lease that cannot be taken because its namespace does not exist."""
     if state.controller is not None:
         healthy, reason = state.controller.healthy()
         if not healthy:
