@@ -44,6 +44,20 @@ class ServiceEvent:
     note: str
 
 
+NOTE_LIMIT_BYTES = 1024
+
+
+def truncate_note(note: str, limit: int = NOTE_LIMIT_BYTES) -> str:
+    """``note`` cut to at most ``limit`` bytes of UTF-8, at a character boundary.
+
+    events.k8s.io/v1 validation (``NoteLengthLimit`` = 1024 in
+    ``k8s.io/kubernetes/pkg/apis/core/validation/events.go``) measures Go's ``len``: bytes,
+    not characters, so 2,000 ``ü`` (2 bytes each) must be cut to 512 characters. A lone
+    surrogate (not encodable) is sent as ``?`` rather than raising.
+    """
+    return note.encode("utf-8", "replace")[:limit].decode("utf-8", "ignore")
+
+
 def micro_time(epoch: float) -> str:
     """Kubernetes ``MicroTime`` text (RFC 3339, microseconds, ``Z``) for epoch seconds."""
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -137,7 +151,7 @@ class EventRecorder:
             "reportingInstance": self._identity,
             "action": event.action,
             "reason": event.reason,
-            "note": event.note[:1024],
+            "note": truncate_note(event.note),
             "type": event.type,
             "regarding": {
                 "apiVersion": "v1",
@@ -161,7 +175,7 @@ class EventRecorder:
                 "name": name,
             },
             "reason": event.reason,
-            "message": event.note[:1024],
+            "message": truncate_note(event.note),
             "type": event.type,
             "action": event.action,
             "source": {"component": self._controller},
