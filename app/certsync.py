@@ -54,6 +54,8 @@ WEBHOOK_KINDS: tuple[WebhookKind, ...] = (
 )
 CONFLICT_RETRIES = 3
 BOOTSTRAP_TIMEOUT_SECONDS = 60.0
+STALE_AFTER_CHECKS = 10
+""":meth:`CertSync.healthy` fails once no check succeeded for this many check intervals."""
 
 Writes = Literal["all", "urgent", "none"]
 """Which decisions a caller may carry out: leader, start-up, or a non-leader's tick."""
@@ -71,8 +73,9 @@ class CertSync:
     """Keeps the Secret, the two ``caBundle`` fields and the served files in step.
 
     ``is_leader`` is :meth:`app.controller.Controller.is_leader`; ``clock`` returns an
-    aware UTC datetime (tests pass a fake one). Errors from the API are
-    :class:`app.kube.ApiError`; bad Secret content never raises, it is replaced.
+    aware UTC datetime (tests pass a fake one); ``monotonic`` (seconds) times
+    :meth:`healthy`. Errors from the API are :class:`app.kube.ApiError`; bad Secret
+    content never raises, it is replaced.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class CertSync:
         is_leader: Callable[[], bool],
         interval: float,
         clock: Callable[[], datetime.datetime] = _utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.policy = policy
@@ -93,8 +97,10 @@ class CertSync:
         self.is_leader = is_leader
         self.interval = interval
         self.clock = clock
+        self.monotonic = monotonic
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._last_success = monotonic()
 
     @classmethod
     def from_settings(
@@ -269,16 +275,24 @@ class CertSync:
         still starts within ``timeout`` seconds (``sleep``/``monotonic``: fake time in tests).
 
         Raises:
-            CertSyncError: no usable certificate within ``timeout``; says why.
+            CertSyncError: no usable certificate within ``timeout``; says why. The files
+                cannot be written (``OSError``: read-only volume, disk full): at once,
+                naming the files.
         """
         deadline = monotonic() + timeout
         delay = 0.5
         while True:
             try:
                 self.write_files(self.ensure_secret(writes="urgent"))
+                self._last_success = self.monotonic()
                 return
             except (ApiError, CertificateError) as err:
                 problem = str(err)
+            except OSError as err:
+                raise CertSyncError(
+                    f"cannot write the certificate to --tls-cert-file {self.cert_file} /"
+                    f" --tls-private-key-file {self.key_file}: {err}"
+                ) from err
             if monotonic() + delay > deadline:
                 raise CertSyncError(
                     f"no usable certificate in Secret {self.policy.namespace}/"
@@ -299,12 +313,36 @@ class CertSync:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def healthy(self) -> tuple[bool, str]:
+        """``(True, "")``, or ``(False, reason)`` when the check thread is not running or
+        no check succeeded for :data:`STALE_AFTER_CHECKS` check intervals (the served
+        certificate may then expire unnoticed). For ``/healthz``."""
+        if self._thread is None or not self._thread.is_alive():
+            return False, "certificate sync is not running"
+        age = self.monotonic() - self._last_success
+        if age > STALE_AFTER_CHECKS * self.interval:
+            return False, f"certificate sync has not succeeded for {age:.0f}s"
+        return True, ""
+
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        """Check every ``interval`` seconds; after a failure retry sooner, from 1 s
+        doubling up to ``interval``. Any error is logged and the loop goes on: an
+        exception must never end the thread (the certificate would expire unnoticed)."""
+        delay = self.interval
+        failures = 0
+        while not self._stop.wait(delay):
             try:
                 self.sync()
             except (ApiError, CertificateError) as err:
                 log_event(LOG, "certificate check failed", level=logging.WARNING, error=str(err))
+            except Exception as err:  # any other error: keep the thread alive (docstring)
+                LOG.exception("certificate check failed: %s", err)
+            else:
+                self._last_success = self.monotonic()
+                failures, delay = 0, self.interval
+                continue
+            failures += 1
+            delay = min(self.interval, 2.0 ** (failures - 1))
 
 
 def _read(path: Path) -> bytes | None:

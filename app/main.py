@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -15,7 +15,7 @@ from app.auth import AllowAll, Authorizer
 from app.config import Settings
 from app.logs import log_event
 from app.routes import admission, health, preview
-from app.routes.deps import AppState, CacheLike, ControllerLike
+from app.routes.deps import AppState, BackgroundLike, CacheLike, ControllerLike
 
 log = logging.getLogger("node_ipam_lb.main")
 
@@ -27,6 +27,7 @@ def create_app(
     cache: CacheLike | None = None,
     authorizer: Authorizer | None = None,
     clock: Callable[[], float] = time.time,
+    background: Sequence[BackgroundLike] = (),
 ) -> FastAPI:
     """Build the app.
 
@@ -41,6 +42,8 @@ def create_app(
             (:class:`app.auth.AllowAll`, ``--auth none``), which ``settings.auth ==
             "kubernetes"`` does not allow.
         clock: wall clock, epoch seconds (``now`` of the selection).
+        background: tasks already running (the certificate sync), checked by
+            ``/healthz`` and stopped on shutdown.
 
     Raises:
         ValueError: the settings do not make valid :class:`SelectionSettings`, or
@@ -56,6 +59,7 @@ def create_app(
         cache=cache if cache is not None else (controller.cache if controller else None),
         authorizer=authorizer if authorizer is not None else AllowAll(),
         clock=clock,
+        background=tuple(background),
     )
 
     @asynccontextmanager
@@ -68,6 +72,8 @@ def create_app(
             if controller is not None:
                 log.info("stopping the controller (releasing the leader Lease)")
                 await run_in_threadpool(controller.stop)
+            for task in background:
+                await run_in_threadpool(task.stop)
 
     app = FastAPI(
         title="node-ipam-lb",

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from pydantic import ValidationError
@@ -26,6 +26,9 @@ from app.auth import AllowAll, Authorizer, KubernetesAuthorizer
 from app.config import Settings
 from app.logs import configure, log_event
 from app.main import create_app
+
+if TYPE_CHECKING:
+    from app.certsync import CertSync
 
 log = logging.getLogger("node_ipam_lb.server")
 
@@ -157,9 +160,16 @@ def build(settings: Settings, *, workdir: Path) -> tuple[Any, Any, uvicorn.Confi
     )
     identity = leader_identity()
     controller = Controller(settings=settings, api_client=api_client, identity=identity)
-    _self_managed_certificates(settings, api_client=api_client, is_leader=controller.is_leader)
+    certs = _self_managed_certificates(
+        settings, api_client=api_client, is_leader=controller.is_leader
+    )
     reloading = tls_context(settings, workdir=workdir)
-    app = create_app(settings, controller=controller, authorizer=authorizer)
+    app = create_app(
+        settings,
+        controller=controller,
+        authorizer=authorizer,
+        background=[certs] if certs is not None else [],
+    )
     config = uvicorn.Config(
         app,
         host=settings.bind_address,
@@ -220,15 +230,17 @@ class _GracefulServer(uvicorn.Server):
 
 def _self_managed_certificates(
     settings: Settings, *, api_client: Any, is_leader: Callable[[], bool]
-) -> None:
+) -> CertSync | None:
     """With ``--cert-secret-name``: certificate from the Secret into the TLS files before
-    the server starts, then kept current (app/certsync.py). Raises :class:`StartupError`."""
+    the server starts, then kept current (app/certsync.py); returns the running
+    :class:`app.certsync.CertSync` (``/healthz`` checks it), else ``None``.
+    Raises :class:`StartupError`."""
     from app.certsync import CertSyncError, start_self_managed
     from app.kube import KubernetesAPI
 
     api = KubernetesAPI(api_client, request_timeout=settings.request_timeout_seconds)
     try:
-        start_self_managed(settings, api=api, is_leader=is_leader)
+        return start_self_managed(settings, api=api, is_leader=is_leader)
     except ValueError as err:
         raise StartupError(f"invalid setting: {err}") from err
     except CertSyncError as err:

@@ -48,13 +48,22 @@ class ControllerLike(Protocol):
     def is_leader(self) -> bool: ...
 
 
+class BackgroundLike(Protocol):
+    """A background task the app checks in ``/healthz`` and stops on shutdown
+    (:class:`app.certsync.CertSync`)."""
+
+    def healthy(self) -> tuple[bool, str]: ...
+    def stop(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class AppState:
     """Everything a request handler needs; stored on ``app.state.node_ipam``.
 
     ``clock`` is the wall clock (epoch seconds) passed to the selection as ``now``;
     ``admission_memo`` keeps the validating webhook's cluster-state warnings by the inputs
-    of ``select`` across requests (:mod:`app.selection_memo`).
+    of ``select`` across requests (:mod:`app.selection_memo`); ``background`` are the
+    tasks besides the controller that ``/healthz`` checks.
     """
 
     settings: Settings
@@ -64,6 +73,7 @@ class AppState:
     authorizer: Authorizer
     clock: Callable[[], float]
     admission_memo: SelectionMemo[tuple[str, ...]] = field(default_factory=SelectionMemo)
+    background: tuple[BackgroundLike, ...] = ()
 
 
 async def get_state(request: Request) -> AppState:

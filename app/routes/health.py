@@ -14,10 +14,13 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz", response_class=PlainTextResponse, summary="Liveness")
 def healthz(state: State) -> PlainTextResponse:
-    """200 ``ok``; 503 with the reason when the controller is unhealthy: a stuck watch,
-    or a Lease that cannot be taken because its namespace does not exist."""
-    if state.controller is not None:
-        healthy, reason = state.controller.healthy()
+    """200 ``ok``; 503 with the reason when the controller is unhealthy (a stuck watch,
+    or a Lease that cannot be taken because its namespace does not exist) or a background
+    task is (the certificate sync stopped or keeps failing)."""
+    checks = [state.controller.healthy] if state.controller is not None else []
+    checks += [task.healthy for task in state.background]
+    for check in checks:
+        healthy, reason = check()
         if not healthy:
             return PlainTextResponse(f"unhealthy: {reason}\n", status_code=503)
     return PlainTextResponse("ok\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import datetime
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,10 @@ from typing import Any
 import pytest
 
 from app.certmanager import CA_CERT, TLS_CERT, read_ca
-from app.certsync import CertSync, CertSyncError
+from app.certsync import STALE_AFTER_CHECKS, CertSync, CertSyncError
 from app.config import Settings
 from app.kube import KubernetesAPI
+from app.main import create_app
 from app.metrics import REGISTRY
 from app.tls import ReloadingContext, generate_serving_cert
 from tests.deploy.certdata import DAY, POLICY, b64, good_pair, secret
@@ -27,6 +29,7 @@ from tests.deploy.rbac import Authorizer, Request
 from tests.deploy.render import WEBHOOK_CONFIGURATION, find, render
 from tests.deploy.tlsprobe import OneShotServer, presented_certificate
 from tests.fakeapi.server import FakeApiServer
+from tests.web.conftest import AppClient
 
 NS, NAME = POLICY.namespace, POLICY.secret_name
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
@@ -263,3 +266,74 @@ def test_self_managed_mode_is_off_without_a_secret_name_and_needs_the_tls_files(
             api=api,
             is_leader=never,
         )
+
+
+def test_read_only_certificate_volume_at_start_up_is_a_clear_error(
+    fake_api: FakeApiServer, replica: Replica, tmp_path: Path
+) -> None:
+    sync = replica("pod-a", leader=True)
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    sync.cert_file = blocker / "tls.crt"  # writing it raises NotADirectoryError (OSError)
+    with pytest.raises(
+        CertSyncError, match=f"cannot write the certificate to --tls-cert-file {blocker}"
+    ):
+        sync.bootstrap(timeout=5)
+
+
+def test_certificate_check_keeps_running_after_an_unexpected_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api: Any = object()
+    sync = CertSync(
+        api=api,
+        policy=POLICY,
+        cert_file=Path("tls.crt"),
+        key_file=Path("tls.key"),
+        is_leader=lambda: True,
+        interval=0.01,
+    )
+    calls: list[int] = []
+    recovered = threading.Event()
+
+    def flaky_sync() -> None:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise OSError(28, "No space left on device")
+        recovered.set()
+
+    sync.sync = flaky_sync  # type: ignore[method-assign]
+    sync.start()
+    try:
+        assert recovered.wait(10), "the check thread died on the first error"
+        assert sync.healthy() == (True, "")
+    finally:
+        sync.stop()
+    failures = [r for r in caplog.records if r.message.startswith("certificate check failed")]
+    assert len(failures) >= 2
+    assert failures[0].exc_info is not None, "logged without the traceback"
+    assert sync.healthy() == (False, "certificate sync is not running")
+
+
+def test_healthz_fails_when_certificate_sync_stopped_succeeding() -> None:
+    api: Any = object()
+    now = [0.0]
+    sync = CertSync(
+        api=api,
+        policy=POLICY,
+        cert_file=Path("tls.crt"),
+        key_file=Path("tls.key"),
+        is_leader=lambda: True,
+        interval=30,
+        monotonic=lambda: now[0],
+    )
+    app = create_app(Settings(), background=[sync])
+    assert sync.healthy() == (False, "certificate sync is not running")
+    sync.start()
+    with AppClient(app) as client:
+        assert client.get("/healthz").text == "ok\n"
+        now[0] += STALE_AFTER_CHECKS * 30 + 1
+        health = client.get("/healthz")
+        assert health.status_code == 503
+        assert health.text == "unhealthy: certificate sync has not succeeded for 301s\n"
+    assert sync.healthy() == (False, "certificate sync is not running"), "not stopped on shutdown"
