@@ -281,18 +281,17 @@ def test_read_only_certificate_volume_at_start_up_is_a_clear_error(
         sync.bootstrap(timeout=5)
 
 
+def offline_sync(**kwargs: Any) -> CertSync:
+    """A leader's CertSync whose API is never called (tests that replace ``sync``)."""
+    api: Any = object()
+    files = {"cert_file": Path("tls.crt"), "key_file": Path("tls.key")}
+    return CertSync(api=api, policy=POLICY, is_leader=lambda: True, **files, **kwargs)
+
+
 def test_certificate_check_keeps_running_after_an_unexpected_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    api: Any = object()
-    sync = CertSync(
-        api=api,
-        policy=POLICY,
-        cert_file=Path("tls.crt"),
-        key_file=Path("tls.key"),
-        is_leader=lambda: True,
-        interval=0.01,
-    )
+    sync = offline_sync(interval=0.01)
     calls: list[int] = []
     recovered = threading.Event()
 
@@ -316,17 +315,8 @@ def test_certificate_check_keeps_running_after_an_unexpected_error(
 
 
 def test_healthz_fails_when_certificate_sync_stopped_succeeding() -> None:
-    api: Any = object()
     now = [0.0]
-    sync = CertSync(
-        api=api,
-        policy=POLICY,
-        cert_file=Path("tls.crt"),
-        key_file=Path("tls.key"),
-        is_leader=lambda: True,
-        interval=30,
-        monotonic=lambda: now[0],
-    )
+    sync = offline_sync(interval=30, monotonic=lambda: now[0])
     app = create_app(Settings(), background=[sync])
     assert sync.healthy() == (False, "certificate sync is not running")
     sync.start()
