@@ -5,14 +5,15 @@ aggregation), so this keeps the last Event emitted per Service in memory and cre
 new one only when the ``(type, reason, note)`` differs: a Service flapping between two
 states produces one Event per flap, a steady Service none. Events are
 ``events.k8s.io/v1`` (``reportingController``/``reportingInstance``); if that API is not
-served (404) it falls back to core ``v1`` Events once and stays there. A failure to create
-an Event is logged, never raised.
+served (a 404 not about a named object, :func:`resource_not_served`) it falls back to core
+``v1`` Events once and stays there. A failure to create an Event is logged, never raised.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +57,23 @@ def truncate_note(note: str, limit: int = NOTE_LIMIT_BYTES) -> str:
     surrogate (not encodable) is sent as ``?`` rather than raising.
     """
     return note.encode("utf-8", "replace")[:limit].decode("utf-8", "ignore")
+
+
+# errors.NewNotFound's message: `<resource>[.<group>] "<name>" not found`, e.g.
+# `namespaces "team-a" not found` (the NamespaceLifecycle admission plugin).
+_OBJECT_NOT_FOUND = re.compile(r'^[a-z0-9.-]+ ".*" not found$', re.DOTALL)
+
+
+def resource_not_served(err: ApiError) -> bool:
+    """True when a create's ``err`` says the Event resource itself is not served.
+
+    The rule: a 404 that is *not* about a named object. kube-apiserver answers a POST to a
+    group/version it does not serve with ``404`` and "the server could not find the
+    requested resource" (or "404 page not found"); a 404 about an object (``errors.NewNotFound``:
+    ``namespaces "x" not found`` when the namespace was deleted during a reconcile) names
+    the object and says nothing about the API, so it is an ordinary failure.
+    """
+    return err.status == 404 and _OBJECT_NOT_FOUND.match(err.reason) is None
 
 
 def micro_time(epoch: float) -> str:
@@ -129,10 +147,10 @@ class EventRecorder:
                 )
                 return
             except ApiError as err:
-                if err.status != 404:
+                if not resource_not_served(err):
                     raise
-                # 404 on the collection: events.k8s.io/v1 is not served here.
                 self._core_v1 = True
+                log_event(LOG, "events.k8s.io/v1 not served, using core v1 Events")
         self._api.create_event(namespace=namespace, body=self._core(namespace, name, event))
 
     def _metadata(self, namespace: str, name: str) -> dict[str, str]:
