@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOAD_BALANCER_CLASS = "io.cilium/node"
 MATCH_NODE_LABELS_ANNOTATION = "io.cilium.nodeipam/match-node-labels"
 DEFAULT_LB_SERVICE_IPAM_VALUES = ("lbipam", "nodeipam", "none")
+LEADER_ELECTION_JITTER_FACTOR = 1.2
+"""client-go ``leaderelection.JitterFactor``: retries are spread up to this factor."""
 
 DefaultLBServiceIPAM = Literal["lbipam", "nodeipam", "none"]
 IPMode = Literal["VIP", "Proxy"]
@@ -119,6 +121,37 @@ class Settings(BaseSettings):
     # Benchmark only (bench/bench_churn.py), no flag: model Cilium's policy (every Node event
     # enqueues every managed Service; a status write on every reconcile) for comparison.
     cilium_compat_fanout: bool = False
+
+    @model_validator(mode="after")
+    def _consistent_timings(self) -> Self:
+        """Cross-field checks; the message names the settings.
+
+        Leader election (client-go ``NewLeaderElector``): ``leaseDuration <= renewDeadline``
+        and ``renewDeadline <= JitterFactor (1.2) * retryPeriod`` are errors, since a leader
+        could then still act after another replica took over the Lease. Certificates: a
+        check interval not shorter than ``cert_renew_before_seconds`` could let the
+        certificate expire between two checks (DESIGN.md §7).
+        """
+        lease, renew = self.lease_duration_seconds, self.renew_deadline_seconds
+        retry = self.retry_period_seconds
+        if lease <= renew:
+            raise ValueError(
+                f"lease-duration-seconds ({lease:g}) must be greater than"
+                f" renew-deadline-seconds ({renew:g})"
+            )
+        if renew <= LEADER_ELECTION_JITTER_FACTOR * retry:
+            raise ValueError(
+                f"renew-deadline-seconds ({renew:g}) must be greater than"
+                f" {LEADER_ELECTION_JITTER_FACTOR:g} x retry-period-seconds ({retry:g})"
+            )
+        interval, before = self.cert_check_interval_seconds, self.cert_renew_before_seconds
+        if interval >= before:
+            raise ValueError(
+                f"cert-check-interval-seconds ({interval:g}) must be less than"
+                f" cert-renew-before-seconds ({before:g}): the certificate could expire"
+                " between two checks"
+            )
+        return self
 
     def selection(self) -> SelectionSettings:
         """Return the pure :class:`SelectionSettings` view of these settings."""

@@ -54,7 +54,10 @@ def settings_from(flags: Mapping[str, Any]) -> Settings:
     except ValidationError as err:
         problems = []
         for error in err.errors():
-            field = str(error["loc"][0]) if error["loc"] else "settings"
+            if not error["loc"]:  # a cross-field check: its message names the settings
+                problems.append(str(error["msg"]).removeprefix("Value error, "))
+                continue
+            field = str(error["loc"][0])
             flag = "--" + field.replace("_", "-")
             problems.append(
                 f"{flag} (NODE_IPAM_{field.upper()}): {error['msg']}: {error.get('input')!r}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import stat
 import subprocess
 import sys
@@ -9,9 +10,11 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from app.cli import cli
+from app.config import Settings
 from app.server import leader_identity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +35,21 @@ ROOT = Path(__file__).resolve().parents[2]
         (["--tls-cert-file", "/tmp/x.crt"], {}, "must be given together"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], {}, "--kubeconfig /nonexistent/kubeconfig"),
         ([], {}, "no cluster to talk to: give --kubeconfig PATH"),
+        (
+            [],
+            {
+                "NODE_IPAM_LEASE_DURATION_SECONDS": "5",
+                "NODE_IPAM_RENEW_DEADLINE_SECONDS": "30",
+                "NODE_IPAM_RETRY_PERIOD_SECONDS": "60",
+            },
+            "invalid setting: lease-duration-seconds (5) must be greater than"
+            " renew-deadline-seconds (30)",
+        ),
+        (
+            ["--cert-check-interval-seconds", "86400"],
+            {"NODE_IPAM_CERT_RENEW_BEFORE_SECONDS": "3600"},
+            "cert-check-interval-seconds (86400) must be less than cert-renew-before-seconds",
+        ),
     ],
     ids=[
         "env typo in default-lb-service-ipam",
@@ -42,6 +60,8 @@ ROOT = Path(__file__).resolve().parents[2]
         "certificate without key",
         "missing kubeconfig",
         "neither kubeconfig nor in-cluster config",
+        "lease shorter than the renew deadline",
+        "certificate checked less often than its renew window",
     ],
 )
 def test_serve_start_up_error_is_one_line_and_exit_2(
@@ -55,6 +75,44 @@ def test_serve_start_up_error_is_one_line_and_exit_2(
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("timings", "message"),
+    [
+        (
+            {"lease_duration_seconds": 5, "renew_deadline_seconds": 30, "retry_period_seconds": 60},
+            "lease-duration-seconds (5) must be greater than renew-deadline-seconds (30)",
+        ),
+        (
+            {"lease_duration_seconds": 10, "renew_deadline_seconds": 10},
+            "lease-duration-seconds (10) must be greater than renew-deadline-seconds (10)",
+        ),
+        (
+            {"renew_deadline_seconds": 12, "retry_period_seconds": 10},
+            "renew-deadline-seconds (12) must be greater than 1.2 x retry-period-seconds (10)",
+        ),
+        (
+            {"cert_check_interval_seconds": 3600, "cert_renew_before_seconds": 3600},
+            "cert-check-interval-seconds (3600) must be less than cert-renew-before-seconds",
+        ),
+    ],
+    ids=[
+        "two writers: lease 5 s, renew 30 s, retry 60 s",
+        "lease equal to the renew deadline",
+        "renew deadline within one jittered retry",
+        "certificate checked no more often than its renew window",
+    ],
+)
+def test_settings_refuse_inconsistent_timings(timings: dict[str, float], message: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        Settings(**timings)
+
+
+def test_settings_accept_client_go_default_and_tight_timings() -> None:
+    assert Settings().renew_deadline_seconds == 10
+    tight = Settings(lease_duration_seconds=2, renew_deadline_seconds=1.5, retry_period_seconds=1.2)
+    assert tight.retry_period_seconds == 1.2
 
 
 def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
