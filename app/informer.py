@@ -6,6 +6,11 @@ server-side ``timeoutSeconds``; a closed watch resumes from the last seen versio
 ``410 Gone`` (compaction, "too old resource version") re-lists, any other failure reconnects
 after an exponential backoff (0.2 s doubling to 30 s, reset after a working watch). Objects
 are turned into slim views at once; the raw dict is dropped.
+
+Nothing but :meth:`Informer.stop` ends the thread: an exception from the handler or the view
+conversion is logged with its traceback and only that change is skipped (the watch goes on
+from the same position); any other unexpected exception in a list/watch cycle is logged,
+backed off and followed by a re-list.
 """
 
 from __future__ import annotations
@@ -145,6 +150,14 @@ class Informer:
                     error=str(err),
                     retry_in_seconds=backoff,
                 )
+            except Exception:
+                # A bug, not the API: never let it end the thread (healthy() would fail and
+                # a poison object would become a restart loop). Re-list after the backoff.
+                LOG.exception(
+                    "list/watch cycle failed, re-listing",
+                    extra={"fields": {"kind": self.kind, "retry_in_seconds": backoff}},
+                )
+                resource_version = None
             # A failed call, or a watch the server closed without sending anything:
             # wait before the next try so a broken API is not hammered.
             self._stop.wait(backoff)
@@ -174,7 +187,7 @@ class Informer:
         self.lists += 1
         self.last_activity = self._clock()
         log_event(LOG, "listed", kind=self.kind, count=len(views), resourceVersion=version)
-        self._handler(self.kind, changes)
+        self._notify(changes)
         return version
 
     def _watch(self, resource_version: str) -> tuple[str, int]:
@@ -215,12 +228,24 @@ class Informer:
         if kind == "DELETED" or view is None:
             old = self._cache.delete(self.kind, key)
             if old is not None:
-                self._handler(self.kind, [(key, old, None)])
+                self._notify([(key, old, None)])
         else:
             old = self._cache.put(self.kind, key, view)
             if old != view:
-                self._handler(self.kind, [(key, old, view)])
+                self._notify([(key, old, view)])
         return version
+
+    def _notify(self, changes: list[Change]) -> None:
+        """Call the handler; an exception from it is logged with its traceback and that
+        change is skipped: the cache is already updated and the watch position kept."""
+        try:
+            self._handler(self.kind, changes)
+        except Exception:
+            keys = [key for key, _, _ in changes[:5]]
+            LOG.exception(
+                "event handler failed, change skipped",
+                extra={"fields": {"kind": self.kind, "keys": keys, "changes": len(changes)}},
+            )
 
     def _view(self, obj: Any) -> tuple[str | None, View | None]:
         if not isinstance(obj, Mapping):
@@ -238,5 +263,12 @@ class Informer:
                 kind=self.kind,
                 key=key,
                 error=str(err),
+            )
+            return key, None
+        except Exception:
+            # A bug in the conversion: treated like an unusable object, with the traceback.
+            LOG.exception(
+                "object ignored: view conversion failed",
+                extra={"fields": {"kind": self.kind, "key": key}},
             )
             return key, None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
-from app.cache import Change, ClusterCache
+from app.cache import Change, ClusterCache, View
 from app.informer import Informer
 from app.kube import Kind
 from app.views import node_view
@@ -157,3 +159,66 @@ def test_a_list_answering_410_again_and_again_backs_off(api: MemoryAPI) -> None:
     finally:
         informer.stop()
         informer.join(5)
+
+
+class PoisonHandler(Recorder):
+    """Raises on every change of Node ``poison`` (a handler bug), records the rest."""
+
+    def __call__(self, kind: Kind, changes: list[Change]) -> None:
+        if any(key == "poison" for key, _, _ in changes):
+            raise RuntimeError("handler bug")
+        super().__call__(kind, changes)
+
+
+def poison_view(obj: Mapping[str, Any]) -> View:
+    if obj["metadata"]["name"] == "poison":
+        raise KeyError("view conversion bug")
+    return node_view(obj)
+
+
+@contextmanager
+def informer_with(api: MemoryAPI, **kwargs: Any) -> Iterator[tuple[Informer, ClusterCache]]:
+    cache = ClusterCache()
+    arguments: dict[str, Any] = {"to_view": node_view, "handler": Recorder(), **kwargs}
+    informer = Informer(kind="nodes", api=api, cache=cache, backoff_initial=0.01, **arguments)
+    informer.start()
+    try:
+        yield informer, cache
+    finally:
+        informer.stop()
+        informer.join(5)
+
+
+@pytest.mark.parametrize("bug", ["handler", "view"])
+def test_a_poison_event_is_skipped_and_later_events_still_arrive(api: MemoryAPI, bug: str) -> None:
+    handler = PoisonHandler()
+    to_view = poison_view if bug == "view" else node_view
+    with informer_with(api, handler=handler, to_view=to_view) as (informer, cache):
+        wait_until(lambda: cache.kind_synced("nodes"), what="first list")
+        api.apply("nodes", node("poison"))
+        api.apply("nodes", node("after-poison"))
+        wait_until(lambda: "after-poison" in names(cache), what="event after the poison one")
+        assert ("after-poison", False, True) in handler.changes
+        assert informer.alive()
+        assert api.calls["list nodes"] == 1, "the watch position is kept: no re-list"
+
+
+class BrokenOnceAPI(MemoryAPI):
+    """The first list fails with something that is not an ApiError (a client bug)."""
+
+    broken = True
+
+    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
+        if self.broken:
+            self.broken = False
+            raise TypeError("client bug")
+        return super().list_page(kind, limit=limit, continue_token=continue_token)
+
+
+def test_an_unexpected_error_in_the_list_watch_cycle_backs_off_and_re_lists() -> None:
+    api = BrokenOnceAPI()
+    api.apply("nodes", node("n0"))
+    with informer_with(api) as (informer, cache):
+        wait_until(lambda: cache.kind_synced("nodes"), what="list after the failure")
+        assert names(cache) == ["n0"]
+        assert informer.alive()
