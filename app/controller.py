@@ -159,9 +159,10 @@ class Controller:
     def healthy(self) -> tuple[bool, str]:
         """Liveness: ``(False, why)`` when a watch has had no event, bookmark or reconnect
         for longer than twice the watch timeout plus the read-timeout slack and maximal
-        backoff (a hung connection), or an informer thread has died, or leader election
-        cannot even start because the Lease's namespace does not exist
-        (:meth:`LeaderElector.problem`).
+        backoff (a hung connection), or an informer thread or a reconcile worker thread has
+        died (a dead worker reconciles nothing: on the leader, Services would silently stop
+        converging), or leader election cannot even start because the Lease's namespace
+        does not exist (:meth:`LeaderElector.problem`).
 
         Why liveness and not readiness for the missing namespace: readiness gates the
         webhook and preview traffic, which every replica serves correctly from its cache
@@ -173,9 +174,13 @@ class Controller:
         """
         if self.elector is not None and (problem := self.elector.problem()) is not None:
             return False, problem
+        running = self._started and not self._stopping.is_set()
+        for worker in self._workers:
+            if running and not worker.is_alive():
+                return False, f"the reconcile worker thread {worker.name} has stopped"
         bound = 2 * (self.settings.watch_timeout_seconds + 15) + 30
         for informer in self.informers:
-            if self._started and not self._stopping.is_set() and not informer.alive():
+            if running and not informer.alive():
                 return False, f"the {informer.kind} informer thread has stopped"
             idle = informer.stuck_for()
             if idle > bound:

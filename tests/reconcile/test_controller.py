@@ -234,3 +234,19 @@ def test_liveness_fails_while_the_lease_namespace_does_not_exist(
     memory_api.create_lease = real_create  # type: ignore[method-assign]
     wait_until(controller.is_leader, what="leading once the namespace exists")
     assert controller.healthy() == (True, "ok")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_liveness_fails_when_a_reconcile_worker_has_died(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    controller = start(leader_elect=False, workers=1)
+    wait_until(controller.ready, what="synced")
+    assert controller.healthy() == (True, "ok")
+
+    def broken_get(timeout: float | None = None) -> str | None:
+        raise RuntimeError("queue bug")
+
+    controller.queue.get = broken_get  # type: ignore[method-assign]
+    wait_until(lambda: not controller.healthy()[0], what="unhealthy once the worker died")
+    assert controller.healthy() == (False, "the reconcile worker thread reconcile-0 has stopped")
