@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakeapi import errors, fields, patch, reviews, service_rules
+from tests.fakeapi import errors, event_rules, fields, patch, reviews, service_rules
 from tests.fakeapi.admission import MUTATING, VALIDATING, AdmissionChain, Attributes
 from tests.fakeapi.resources import BY_KIND, BY_PATH, Resource
 from tests.fakeapi.store import Entry, Obj, Store
@@ -102,6 +102,8 @@ class Cluster:
         meta = obj["metadata"]
         if old is None:
             name_errors = service_rules.name_errors(meta.get("name", ""), dns1035=res is SERVICES)
+            if res.group == "events.k8s.io" and res.plural == "events":
+                name_errors += event_rules.create_errors(obj)
             if name_errors:
                 raise errors.invalid(res.kind, meta.get("name", ""), name_errors, group=res.group)
         if res is SERVICES:

@@ -40,7 +40,8 @@ class Allocator:
         return 30000 + (next(self._ports) - 30000) % 2768
 
 
-def _qualified_name_errors(value: str, path: str) -> list[Cause]:
+def qualified_name_errors(value: str, path: str) -> list[Cause]:
+    """apimachinery `ValidateQualifiedName` (`[prefix/]name`), as one field error."""
     prefix, _, name = value.rpartition("/")
     bad = (
         not name
@@ -223,7 +224,7 @@ def _load_balancer_class_errors(svc: dict[str, Any], old: dict[str, Any] | None)
         )
     if _is_lb(svc):
         if cls is not None:
-            causes += _qualified_name_errors(str(cls), path)
+            causes += qualified_name_errors(str(cls), path)
     elif cls is not None:
         causes.append(
             (

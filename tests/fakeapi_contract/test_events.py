@@ -1,0 +1,121 @@
+"""events.k8s.io/v1 Event create is validated like kube-apiserver's ``ValidateEventCreate``
+(a field the real server requires cannot be left out unnoticed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+
+from tests.fakeapi import FakeApiServer
+
+NOW = "2026-01-01T00:00:00.000000Z"
+
+
+def event(**changes: Any) -> dict[str, Any]:
+    """A valid Event about Service default/web, with ``changes`` (None removes a field)."""
+    body: dict[str, Any] = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "web.1", "namespace": "default"},
+        "eventTime": NOW,
+        "reportingController": "io.cilium/node-ipam-lb",
+        "reportingInstance": "node-ipam-lb-0_abc",
+        "action": "Select",
+        "reason": "NoMatchingNodes",
+        "note": "no node matches",
+        "type": "Warning",
+        "regarding": {"apiVersion": "v1", "kind": "Service", "namespace": "default", "name": "web"},
+    }
+    for key, value in changes.items():
+        if value is None:
+            body.pop(key, None)
+        else:
+            body[key] = value
+    return body
+
+
+Post = Callable[[dict[str, Any]], httpx.Response]
+
+
+@pytest.fixture
+def post(fake_api: FakeApiServer) -> Post:
+    """POST an Event as is (the official client refuses one without ``eventTime``)."""
+
+    def send(body: dict[str, Any]) -> httpx.Response:
+        namespace = body["metadata"]["namespace"]
+        url = f"{fake_api.url}/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+        return httpx.post(url, json=body, timeout=10)
+
+    return send
+
+
+def create(post: Post, body: dict[str, Any]) -> dict[str, Any]:
+    """The 422 Status of creating ``body`` (fails the test when it is accepted)."""
+    response = post(body)
+    assert response.status_code == 422, response.text
+    status: dict[str, Any] = response.json()
+    return status
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"eventTime": None}, "eventTime", "Required value"),
+        ({"action": None}, "action", "Required value"),
+        ({"action": "A" * 129}, "action", 'Invalid value: "": can have at most 128 characters'),
+        ({"reason": None}, "reason", "Required value"),
+        ({"reason": "R" * 129}, "reason", 'Invalid value: "": can have at most 128 characters'),
+        ({"reportingController": None}, "reportingController", "Required value"),
+        ({"reportingController": "not a name!"}, "reportingController", "name part must"),
+        ({"reportingInstance": None}, "reportingInstance", "Required value"),
+        ({"reportingInstance": "i" * 129}, "reportingInstance", "can have at most 128"),
+        ({"note": "é" * 513}, "message", 'Invalid value: "": can have at most 1024 characters'),
+        ({"type": "Error"}, "type", 'Invalid value: "": has invalid value: Error'),
+        ({"type": None}, "type", "has invalid value"),
+        ({"deprecatedCount": 2}, "count", "needs to be unset"),
+    ],
+    ids=[
+        "no eventTime",
+        "no action",
+        "action over 128",
+        "no reason",
+        "reason over 128",
+        "no reportingController",
+        "reportingController not a qualified name",
+        "no reportingInstance",
+        "reportingInstance over 128",
+        "note over 1 KiB in bytes (513 two-byte characters)",
+        "type neither Normal nor Warning",
+        "no type",
+        "deprecated count set",
+    ],
+)
+def test_event_missing_or_bad_field_is_422_invalid_naming_it(
+    post: Post, changes: dict[str, Any], field: str, message: str
+) -> None:
+    status = create(post, event(**changes))
+    assert status["reason"] == "Invalid"
+    assert status["details"]["kind"] == "Event"
+    assert status["details"]["group"] == "events.k8s.io"
+    causes = [c["message"] for c in status["details"]["causes"] if c["field"] == field]
+    assert any(message in cause for cause in causes), status["message"]
+    assert '"web.1" is invalid: ' in status["message"]
+
+
+def test_event_without_regarding_namespace_in_a_workload_namespace_is_invalid(
+    post: Post, core: client.CoreV1Api
+) -> None:
+    core.create_namespace({"metadata": {"name": "apps"}})
+    body = event(regarding={"apiVersion": "v1", "kind": "Service", "name": "web"})
+    body["metadata"]["namespace"] = "apps"
+    assert "involvedObject.namespace: " in create(post, body)["message"]
+
+
+def test_complete_event_is_stored(post: Post) -> None:
+    response = post(event(note="é" * 512))
+    assert response.status_code == 201, response.text
+    assert response.json()["action"] == "Select"
