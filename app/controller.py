@@ -211,6 +211,7 @@ class Controller:
     def _on_started_leading(self) -> None:
         with self._lock:
             self._term_enqueued = False
+        self.reconciler.reset()
         self._enqueue_all()
 
     def _enqueue_all(self) -> None:
@@ -259,6 +260,11 @@ class Controller:
                 else:
                     self._managed.pop(key, None)
             metrics.MANAGED_SERVICES.set(len(self._managed))
+        # On every replica: a Service deleted while another replica leads is never
+        # reconciled here, and its per-Service memory would otherwise stay forever.
+        for key, _, new in changes:
+            if new is None:
+                self.reconciler.forget(key)
 
     def _work(self) -> None:
         while not self._stopping.is_set():

@@ -3,7 +3,8 @@
 The Python client has no event recorder (no client-go ``EventBroadcaster``, no
 aggregation), so this keeps the last Event emitted per Service in memory and creates a
 new one only when the ``(type, reason, note)`` differs: a Service flapping between two
-states produces one Event per flap, a steady Service none. Events are
+states produces one Event per flap, a steady Service none. That memory is dropped when the
+cache reports the Service deleted and when a leadership term starts. Events are
 ``events.k8s.io/v1`` (``reportingController``/``reportingInstance``); if that API is not
 served (a 404 not about a named object, :func:`resource_not_served`) it falls back to core
 ``v1`` Events once and stays there. A failure to create an Event is logged, never raised.
@@ -138,6 +139,12 @@ class EventRecorder:
         """Drop the memory of Service ``namespace/name`` (it was deleted)."""
         with self._lock:
             self._last.pop(f"{namespace}/{name}", None)
+
+    def reset(self) -> None:
+        """Drop the memory of every Service (a new leadership term: what this replica
+        said in an earlier term may no longer be the last Event on the Service)."""
+        with self._lock:
+            self._last.clear()
 
     def _create(self, *, namespace: str, name: str, event: ServiceEvent) -> None:
         if not self._core_v1:

@@ -229,6 +229,23 @@ class Reconciler:
             event=ServiceEvent(WARNING, "InvalidNodeSelector", "SelectNodes", error),
         )
 
+    def forget(self, key: str) -> None:
+        """Drop what is remembered about Service ``key`` (``namespace/name``): the last
+        write, the last selector error and the last Event. Called when the Service is
+        reconciled after its deletion and when the cache reports its deletion (on every
+        replica, leading or not: nothing else would ever drop it)."""
+        namespace, _, name = key.partition("/")
+        self._forget(key, namespace, name)
+
+    def reset(self) -> None:
+        """Drop what is remembered about every Service; called when a leadership term
+        starts, so state from an earlier term (another replica wrote and emitted in
+        between) neither skips a write check nor suppresses an Event."""
+        with self._lock:
+            self._written.clear()
+            self._errors.clear()
+        self._recorder.reset()
+
     def _forget(self, key: str, namespace: str, name: str) -> None:
         with self._lock:
             self._written.pop(key, None)

@@ -250,3 +250,39 @@ def test_liveness_fails_when_a_reconcile_worker_has_died(
     controller.queue.get = broken_get  # type: ignore[method-assign]
     wait_until(lambda: not controller.healthy()[0], what="unhealthy once the worker died")
     assert controller.healthy() == (False, "the reconcile worker thread reconcile-0 has stopped")
+
+
+def warnings_on(api: MemoryAPI, name: str) -> int:
+    return sum(
+        e["reason"] == "InvalidNodeSelector" and e["regarding"]["name"] == name for e in api.events
+    )
+
+
+def test_a_service_deleted_and_re_created_while_another_replica_led_is_warned_again(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web", selector="a in (b"))
+    controller = start(leader_elect=False)
+    wait_until(lambda: warnings_on(memory_api, "web") == 1, what="first Warning")
+    controller.is_leader = lambda: False  # type: ignore[method-assign]
+    memory_api.delete("services", "default/web")
+    wait_until(lambda: controller.cache.service("default", "web") is None, what="deletion seen")
+    controller.is_leader = lambda: True  # type: ignore[method-assign]
+    memory_api.apply("services", service("web", selector="a in (b"))
+    wait_until(lambda: warnings_on(memory_api, "web") == 2, what="Warning on the new Service")
+
+
+def test_a_new_leadership_term_speaks_again_about_a_still_broken_service(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    """What this replica said in an earlier term may not be the last Event any more
+    (another replica led in between): a new term starts with no dedup memory."""
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web", selector="a in (b"))
+    controller = start()
+    wait_until(lambda: warnings_on(memory_api, "web") == 1, what="first Warning")
+    memory_api.fail("update leases", *[0] * 30)  # renewals fail for ~3 s: the term ends
+    wait_until(lambda: not controller.is_leader(), what="term ended")
+    wait_until(controller.is_leader, what="next term")
+    wait_until(lambda: warnings_on(memory_api, "web") == 2, what="Warning in the new term")
