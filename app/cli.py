@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.config import LOAD_BALANCER_CLASS
+from app.config import LOAD_BALANCER_CLASS, MATCH_NODE_LABELS_ANNOTATION
 
 cli = typer.Typer(
     name="node-ipam-lb",
@@ -48,6 +48,9 @@ def preview(
     load_balancer_class: Annotated[
         str, typer.Option(help="Our loadBalancerClass")
     ] = LOAD_BALANCER_CLASS,
+    match_node_labels_annotation: Annotated[
+        str, typer.Option(help="Node selector annotation")
+    ] = MATCH_NODE_LABELS_ANNOTATION,
     per_node_address_fallback: Annotated[
         bool,
         typer.Option(
@@ -73,6 +76,7 @@ def preview(
     settings = {
         "load_balancer_class": load_balancer_class,
         "default_lb_service_ipam": default_lb_service_ipam,
+        "match_node_labels_annotation": match_node_labels_annotation,
         "per_node_address_fallback": per_node_address_fallback,
         "exclude_not_ready_nodes": exclude_not_ready_nodes,
         "not_ready_grace_seconds": not_ready_grace_seconds,
@@ -111,6 +115,27 @@ def serve(
     ] = None,
     leader_election_namespace: Annotated[str | None, _flag("Namespace of the Lease")] = None,
     leader_election_id: Annotated[str | None, _flag("Name of the Lease")] = None,
+    lease_duration_seconds: Annotated[
+        float | None, _flag("Lease validity; > renew deadline (default 15)")
+    ] = None,
+    renew_deadline_seconds: Annotated[
+        float | None, _flag("Leader gives up after this long unrenewed (default 10)")
+    ] = None,
+    retry_period_seconds: Annotated[
+        float | None, _flag("Lease renew/acquire period; x1.2 < renew deadline (default 2)")
+    ] = None,
+    watch_timeout_seconds: Annotated[
+        int | None, _flag("Server-side timeout of each watch (default 300)")
+    ] = None,
+    request_timeout_seconds: Annotated[
+        float | None, _flag("Timeout of each API request (default 10)")
+    ] = None,
+    enable_node_ipam: Annotated[
+        bool | None,
+        _flag(
+            "Handle Services at all (Cilium's switch)", "--enable-node-ipam/--no-enable-node-ipam"
+        ),
+    ] = None,
     default_lb_service_ipam: Annotated[
         str | None, _flag("Who handles class-less Services: lbipam, nodeipam, none")
     ] = None,

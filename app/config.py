@@ -69,8 +69,10 @@ class Settings(BaseSettings):
     """Whole-process configuration; every field is also ``NODE_IPAM_<FIELD>``.
 
     ``serve`` flags map one-to-one onto these fields (``--default-lb-service-ipam`` →
-    ``default_lb_service_ipam``). Validation errors are raised as
-    :class:`pydantic.ValidationError` at start-up and name the field.
+    ``default_lb_service_ipam``), except ``cilium_compat_fanout`` (benchmarks only), which
+    is set through its environment variable alone. Validation errors are raised as
+    :class:`pydantic.ValidationError` at start-up and name the field; cross-field checks
+    (leader-election and certificate timings) as a ``ValueError`` naming the settings.
     """
 
     model_config = SettingsConfigDict(env_prefix="NODE_IPAM_", extra="forbid")

@@ -36,6 +36,19 @@ def test_load_balancer_class_flag(write: Write) -> None:
     assert parse_table(run.stdout)[0]["EXTERNAL-IP"] == "10.0.0.1"
 
 
+def test_match_node_labels_annotation_flag(write: Write) -> None:
+    svc = service_obj("web")
+    svc["metadata"]["annotations"] = {"example.com/match": "pool=a"}
+    nodes = [
+        node_obj("n1", internal=["10.0.0.1"], labels={"pool": "a"}),
+        node_obj("n2", internal=["10.0.0.2"]),
+    ]
+    path = write(dump(*nodes, svc))
+    assert parse_table(preview("-f", path).stdout)[0]["EXTERNAL-IP"] == "10.0.0.1,10.0.0.2"
+    run = preview("-f", path, "--match-node-labels-annotation", "example.com/match")
+    assert parse_table(run.stdout)[0]["EXTERNAL-IP"] == "10.0.0.1"
+
+
 def test_per_node_address_fallback_flag(write: Write) -> None:
     path = write(
         dump(

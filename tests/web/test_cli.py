@@ -46,6 +46,11 @@ ROOT = Path(__file__).resolve().parents[2]
             " renew-deadline-seconds (30)",
         ),
         (
+            ["--renew-deadline-seconds", "2", "--retry-period-seconds", "2"],
+            {},
+            "renew-deadline-seconds (2) must be greater than 1.2 x retry-period-seconds (2)",
+        ),
+        (
             ["--cert-check-interval-seconds", "86400"],
             {"NODE_IPAM_CERT_RENEW_BEFORE_SECONDS": "3600"},
             "cert-check-interval-seconds (86400) must be less than cert-renew-before-seconds",
@@ -61,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[2]
         "missing kubeconfig",
         "neither kubeconfig nor in-cluster config",
         "lease shorter than the renew deadline",
+        "renew deadline flags within one jittered retry",
         "certificate checked less often than its renew window",
     ],
 )
@@ -177,6 +183,7 @@ def test_console_script_prints_no_traceback_on_bad_settings() -> None:
                 "--filename",
                 "--default-lb-service-ipam",
                 "--load-balancer-class",
+                "--match-node-labels-annotation",
                 "--per-node-address-fallback",
                 "--no-exclude-not-ready-nodes",
                 "--not-ready-grace-seconds",
@@ -188,6 +195,9 @@ def test_console_script_prints_no_traceback_on_bad_settings() -> None:
             [
                 "--tls-private-key-file",
                 "--match-node-labels-annotation",
+                "--renew-deadline-seconds",
+                "--no-enable-node-ipam",
+                "--request-timeout-seconds",
                 "--no-per-node-address-fallback",
                 "--webhook-configuration-name",
                 "--cert-check-interval-seconds",
