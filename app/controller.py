@@ -200,13 +200,19 @@ class Controller:
 
     def queue_adds(self) -> int:
         """How many keys the event handlers have put on the queue so far (tests, debugging)."""
-        return self._adds
+        with self._lock:
+            return self._adds
 
     def _enqueue(self, keys: Iterable[str]) -> None:
+        # Called from the three informer threads: the counter is updated under the lock,
+        # the keys are consumed outside it (computing them may take other locks).
         if self._writes and self._enqueued_after_sync and self.is_leader():
+            added = 0
             for key in keys:
-                self._adds += 1
+                added += 1
                 self.queue.add(key)
+            with self._lock:
+                self._adds += added
 
     def _on_started_leading(self) -> None:
         with self._lock:
@@ -247,8 +253,13 @@ class Controller:
                         old=old, new=new, managed=managed_services, cache=self.cache
                     )
                 )
-        if not self._enqueued_after_sync and self.cache.synced:
-            self._enqueued_after_sync = True
+        # Check and set under the lock: the informer threads of the last two kinds to sync
+        # may both get here; only one may see the first sync.
+        with self._lock:
+            first_sync = not self._enqueued_after_sync and self.cache.synced
+            if first_sync:
+                self._enqueued_after_sync = True
+        if first_sync:
             log_event(LOG, "caches synced", services=len(self.cache.services()))
             self._enqueue_all()
 

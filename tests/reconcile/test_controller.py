@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from app.cache import ClusterCache
 from app.controller import Controller
 from tests.reconcile.memory_api import MemoryAPI
 from tests.reconcile.support import (
@@ -286,3 +290,41 @@ def test_a_new_leadership_term_speaks_again_about_a_still_broken_service(
     wait_until(lambda: not controller.is_leader(), what="term ended")
     wait_until(controller.is_leader, what="next term")
     wait_until(lambda: warnings_on(memory_api, "web") == 2, what="Warning in the new term")
+
+
+class RacingSyncCache(ClusterCache):
+    """``synced`` lets two callers in at once (a barrier) when nothing serialises them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for kind in ("nodes", "services", "endpointslices"):
+            self.replace(kind, {})  # type: ignore[arg-type]
+        self.barrier = threading.Barrier(2, timeout=0.5)
+
+    @property
+    def synced(self) -> bool:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            self.barrier.wait()
+        return True
+
+
+def test_caches_synced_is_seen_once_when_two_kinds_finish_listing_together(
+    memory_api: MemoryAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    controller = Controller(
+        settings=fast_settings(leader_elect=False),
+        api_client=None,
+        identity="pod-a",
+        api=memory_api,
+    )
+    controller.cache = RacingSyncCache()
+    threads = [
+        threading.Thread(target=controller._on_changes, args=(kind, []))
+        for kind in ("services", "endpointslices")
+    ]
+    with caplog.at_level(logging.INFO, logger="node_ipam_lb.controller"):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(5)
+    assert [r.getMessage() for r in caplog.records].count("caches synced") == 1
