@@ -59,7 +59,8 @@ class Controller:
             api_client, request_timeout=settings.request_timeout_seconds
         )
         self._selection = settings.selection()
-        # --no-reconciler, or Cilium's --enable-node-ipam=false: watch, never write.
+        # serve --no-reconciler, or enable_node_ipam false (Cilium's enable-node-ipam switch:
+        # serve --no-enable-node-ipam or NODE_IPAM_ENABLE_NODE_IPAM=false): watch, never write.
         self._writes = settings.reconciler and settings.enable_node_ipam
         self.queue = WorkQueue()
         self._lock = threading.Lock()

@@ -198,7 +198,7 @@ def test_a_not_ready_node_is_dropped_when_its_grace_period_runs_out(
 
 
 @pytest.mark.parametrize(
-    "setting", ["reconciler", "enable_node_ipam"], ids=["--no-reconciler", "enable-node-ipam=false"]
+    "setting", ["reconciler", "enable_node_ipam"], ids=["--no-reconciler", "--no-enable-node-ipam"]
 )
 def test_writes_switched_off_keep_the_cache_but_never_write(
     memory_api: MemoryAPI, start: Start, setting: str
