@@ -313,14 +313,26 @@ class CertSync:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    @property
+    def stale_after(self) -> float:
+        """Seconds without a successful check after which :meth:`healthy` fails: the
+        longer of :data:`STALE_AFTER_CHECKS` check intervals and half the renewal window.
+
+        ``/healthz`` is the liveness probe, and a restart does not cure an API server
+        outage, so an ordinary outage must not restart every replica; only a sync that has
+        been failing long enough to put the served certificate at risk does (with the
+        defaults: 45 days, leaving 45 days before the certificate expires)."""
+        half_window = self.policy.renew_before.total_seconds() / 2
+        return max(STALE_AFTER_CHECKS * self.interval, half_window)
+
     def healthy(self) -> tuple[bool, str]:
         """``(True, "")``, or ``(False, reason)`` when the check thread is not running or
-        no check succeeded for :data:`STALE_AFTER_CHECKS` check intervals (the served
-        certificate may then expire unnoticed). For ``/healthz``."""
+        no check succeeded for :attr:`stale_after` seconds (the served certificate may
+        then expire unnoticed). For ``/healthz``."""
         if self._thread is None or not self._thread.is_alive():
             return False, "certificate sync is not running"
         age = self.monotonic() - self._last_success
-        if age > STALE_AFTER_CHECKS * self.interval:
+        if age > self.stale_after:
             return False, f"certificate sync has not succeeded for {age:.0f}s"
         return True, ""
 

@@ -322,8 +322,15 @@ def test_healthz_fails_when_certificate_sync_stopped_succeeding() -> None:
     sync.start()
     with AppClient(app) as client:
         assert client.get("/healthz").text == "ok\n"
+        assert sync.stale_after == max(
+            STALE_AFTER_CHECKS * 30, sync.policy.renew_before.total_seconds() / 2
+        )
         now[0] += STALE_AFTER_CHECKS * 30 + 1
+        assert client.get("/healthz").text == "ok\n", "an API outage alone must not restart"
+        now[0] = sync.stale_after + 1
         health = client.get("/healthz")
         assert health.status_code == 503
-        assert health.text == "unhealthy: certificate sync has not succeeded for 301s\n"
+        assert health.text == (
+            f"unhealthy: certificate sync has not succeeded for {sync.stale_after + 1:.0f}s\n"
+        )
     assert sync.healthy() == (False, "certificate sync is not running"), "not stopped on shutdown"
