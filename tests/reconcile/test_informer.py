@@ -101,8 +101,17 @@ def test_410_on_re_watch_re_lists_and_catches_deletions_made_in_the_gap(
     assert ("n3", True, False) in recorder.changes
 
 
-def test_a_failing_list_is_retried_with_backoff(api: MemoryAPI) -> None:
-    api.fail("list nodes", 503, 0, 500)
+@pytest.mark.parametrize(
+    "failures",
+    [
+        pytest.param((503, 0, 500), id="API unavailable, connection refused, server error"),
+        pytest.param((410, 410, 410), id="410 Gone again and again"),
+    ],
+)
+def test_a_failing_list_is_retried_with_backoff(
+    api: MemoryAPI, failures: tuple[int, int, int]
+) -> None:
+    api.fail("list nodes", *failures)
     cache = ClusterCache()
     informer = Informer(
         kind="nodes",
@@ -114,7 +123,7 @@ def test_a_failing_list_is_retried_with_backoff(api: MemoryAPI) -> None:
     )
     informer.start()
     try:
-        wait_until(lambda: cache.kind_synced("nodes"), what="list after failures")
+        wait_until(lambda: cache.kind_synced("nodes"), what="list after three failures")
         assert api.calls["list nodes"] == 4
     finally:
         informer.stop()
@@ -139,26 +148,6 @@ def test_stop_is_prompt_while_a_watch_is_open(running: Running) -> None:
     informer.stop()
     informer.join(5)
     assert not informer.alive(), "stop() must interrupt the open watch"
-
-
-def test_a_list_answering_410_again_and_again_backs_off(api: MemoryAPI) -> None:
-    api.fail("list nodes", 410, 410, 410)
-    cache = ClusterCache()
-    informer = Informer(
-        kind="nodes",
-        api=api,
-        cache=cache,
-        to_view=node_view,
-        handler=Recorder(),
-        backoff_initial=0.01,
-    )
-    informer.start()
-    try:
-        wait_until(lambda: cache.kind_synced("nodes"), what="list after three 410s")
-        assert api.calls["list nodes"] == 4
-    finally:
-        informer.stop()
-        informer.join(5)
 
 
 class PoisonHandler(Recorder):
