@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 
 from tests.fakeapi.server import FakeApiServer
 
@@ -29,13 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     server = FakeApiServer(port=args.port)
     server.seed(objects)
     del objects
-    server.start()
-    print(server.url, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait()
-    server.stop()
+    server.serve_until_signal()
     return 0
 
 
