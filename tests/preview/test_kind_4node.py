@@ -10,21 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.cases import read_expected
 from tests.preview.conftest import KIND_4NODE, parse_table, preview
 
 
 def expected() -> dict[str, list[str] | None]:
     """``namespace/name -> IPs`` from expected.txt; ``None`` for ``untouched``."""
-    result: dict[str, list[str] | None] = {}
-    for line in (KIND_4NODE / "expected.txt").read_text().splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        key, _, value = line.partition(":")
-        value = value.strip()
-        result[key.strip()] = (
-            None if value == "untouched" else [ip for ip in value.split(",") if ip]
-        )
-    return result
+    return read_expected(KIND_4NODE)
 
 
 def table_ips(stdout: str) -> dict[str, list[str] | None]:

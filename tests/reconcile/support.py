@@ -5,15 +5,15 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
 from app.config import Settings
+from tests.cases import CASES, read_expected
 
-CASE = Path(__file__).resolve().parent.parent / "data" / "cases" / "kind-4node"
+CASE = CASES / "kind-4node"
 CLASS = "io.cilium/node"
 ANNOTATION = "io.cilium.nodeipam/match-node-labels"
 EXCLUDE = "node.kubernetes.io/exclude-from-external-load-balancers"
@@ -45,14 +45,7 @@ def kind_4node() -> tuple[list[tuple[str, dict[str, Any]]], dict[str, list[str] 
     """``([(plural, object)], {"ns/name": [ips] or None for 'untouched'})``."""
     cluster = yaml.safe_load((CASE / "cluster.yaml").read_text())
     objects = [(KIND_PLURAL[o["kind"]], o) for o in cluster["items"]]
-    expected: dict[str, list[str] | None] = {}
-    for line in (CASE / "expected.txt").read_text().splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        key, _, value = line.partition(":")
-        value = value.strip()
-        expected[key.strip()] = None if value == "untouched" else value.split(",")
-    return objects, expected
+    return objects, read_expected(CASE)
 
 
 def node(
