@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.config import LOAD_BALANCER_CLASS, MATCH_NODE_LABELS_ANNOTATION
+from app.core.options import LOAD_BALANCER_CLASS, MATCH_NODE_LABELS_ANNOTATION
 
 cli = typer.Typer(
     name="node-ipam-lb",
@@ -70,8 +70,8 @@ def preview(
     ] = 60.0,
     ip_mode: Annotated[str, typer.Option(help="ipMode of the entries: VIP or Proxy")] = "VIP",
 ) -> None:
-    """Show the ingress each Service of a cluster dump gets, offline (DESIGN.md §8)."""
-    from app.preview_cli import run_preview
+    """Show the ingress each Service of a cluster dump gets, offline (docs/design.md §8)."""
+    from app.preview.run import run_preview
 
     settings = {
         "load_balancer_class": load_balancer_class,
@@ -208,7 +208,7 @@ def certs_generate(
     out: Annotated[Path, typer.Option("--out", help="Directory for ca.crt, tls.crt, tls.key")],
 ) -> None:
     """Write a self-signed CA and a serving certificate signed by it (key mode 0600)."""
-    from app.tls import write_dev_certs
+    from app.web.tls import write_dev_certs
 
     try:
         ca = write_dev_certs(out_dir=out, dns_names=dns_name)

@@ -4,65 +4,30 @@ Names follow Cilium's settings where Cilium has one (``default-lb-service-ipam``
 ``enable-node-ipam``). :class:`SelectionSettings` is the pure subset the selection
 core reads; :class:`Settings` (pydantic-settings) is the whole process configuration
 and is validated at start-up, so a typo such as ``default_lb_service_ipam=NodeIPAM``
-is a start-up error rather than a silent no-op (DESIGN.md §2, upstream weak spot #12).
+is a start-up error rather than a silent no-op (docs/design.md §2;
+docs/reference/cilium-node-ipam.md §12, weak spot 12).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-LOAD_BALANCER_CLASS = "io.cilium/node"
-MATCH_NODE_LABELS_ANNOTATION = "io.cilium.nodeipam/match-node-labels"
-DEFAULT_LB_SERVICE_IPAM_VALUES = ("lbipam", "nodeipam", "none")
+from app.core.options import (
+    LOAD_BALANCER_CLASS,
+    MATCH_NODE_LABELS_ANNOTATION,
+    DefaultLBServiceIPAM,
+    IPMode,
+    SelectionSettings,
+)
+
 LEADER_ELECTION_JITTER_FACTOR = 1.2
 """client-go ``leaderelection.JitterFactor``: retries are spread up to this factor."""
 
-DefaultLBServiceIPAM = Literal["lbipam", "nodeipam", "none"]
-IPMode = Literal["VIP", "Proxy"]
 AuthMode = Literal["kubernetes", "none"]
-
-
-@dataclass(frozen=True, slots=True)
-class SelectionSettings:
-    """The settings the pure selection core reads (DESIGN.md §2-§4).
-
-    Raises:
-        ValueError: ``default_lb_service_ipam`` is not one of ``lbipam``, ``nodeipam``,
-            ``none``, or ``ip_mode`` is not ``VIP``/``Proxy``, or the grace period is
-            negative. Cilium accepts any string here and silently handles nothing; we
-            refuse it.
-    """
-
-    load_balancer_class: str = LOAD_BALANCER_CLASS
-    default_lb_service_ipam: str = "lbipam"
-    match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
-    per_node_address_fallback: bool = False
-    exclude_not_ready_nodes: bool = False
-    not_ready_grace_seconds: float = 60.0
-    ip_mode: str = "VIP"
-
-    def __post_init__(self) -> None:
-        if self.default_lb_service_ipam not in DEFAULT_LB_SERVICE_IPAM_VALUES:
-            raise ValueError(
-                f"default-lb-service-ipam: Unsupported value: {self.default_lb_service_ipam!r}:"
-                f" supported values: {', '.join(DEFAULT_LB_SERVICE_IPAM_VALUES)}"
-            )
-        if self.ip_mode not in ("VIP", "Proxy"):
-            raise ValueError(
-                f"ip-mode: Unsupported value: {self.ip_mode!r}: supported values: VIP, Proxy"
-            )
-        if self.not_ready_grace_seconds < 0:
-            raise ValueError(
-                f"not-ready-grace-seconds: Invalid value: {self.not_ready_grace_seconds}:"
-                " must be greater than or equal to 0"
-            )
-        if not self.load_balancer_class:
-            raise ValueError("load-balancer-class: Required value: must not be empty")
 
 
 class Settings(BaseSettings):
@@ -107,7 +72,7 @@ class Settings(BaseSettings):
     request_timeout_seconds: float = Field(default=10.0, gt=0)
     auth: AuthMode | None = None
 
-    # Self-managed webhook certificates (app/certsync.py): on when cert_secret_name is set.
+    # Self-managed webhook certificates (app/web/certsync.py): on when cert_secret_name is set.
     # The Secret holds CA + serving certificate for <webhook_service_name>.<namespace>.svc;
     # the CA goes into caBundle of the Mutating- and ValidatingWebhookConfiguration named
     # webhook_configuration_name; tls_cert_file/tls_private_key_file receive the pair.
@@ -132,7 +97,7 @@ class Settings(BaseSettings):
         and ``renewDeadline <= JitterFactor (1.2) * retryPeriod`` are errors, since a leader
         could then still act after another replica took over the Lease. Certificates: a
         check interval not shorter than ``cert_renew_before_seconds`` could let the
-        certificate expire between two checks (DESIGN.md §7).
+        certificate expire between two checks (docs/design.md §7).
         """
         lease, renew = self.lease_duration_seconds, self.renew_deadline_seconds
         retry = self.retry_period_seconds

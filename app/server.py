@@ -21,14 +21,16 @@ import uvicorn
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from app import tls
-from app.auth import AllowAll, Authorizer, KubernetesAuthorizer
 from app.config import Settings
-from app.logs import configure, log_event
-from app.main import create_app
+from app.core import pki
+from app.kube.client import ConnectError, connect
+from app.telemetry.logs import configure, log_event
+from app.web import tls
+from app.web.app import create_app
+from app.web.auth import AllowAll, Authorizer, KubernetesAuthorizer
 
 if TYPE_CHECKING:
-    from app.certsync import CertSync
+    from app.web.certsync import CertSync
 
 log = logging.getLogger("node_ipam_lb.server")
 
@@ -73,31 +75,18 @@ def settings_from(flags: Mapping[str, Any]) -> Settings:
 
 
 def api_client_for(settings: Settings) -> tuple[Any, bool]:
-    """The kubernetes ApiClient from ``settings.kubeconfig``, else the in-cluster config.
+    """The kubernetes ApiClient for ``settings.kubeconfig`` (see :func:`app.kube.client.connect`).
 
     Returns ``(api_client, in_cluster)``.
 
     Raises:
         StartupError: the kubeconfig cannot be loaded, or none is given and the process
-            does not run in a Pod (no service account token / KUBERNETES_SERVICE_HOST).
+            does not run in a Pod; the message names the setting.
     """
-    from kubernetes import client, config
-
-    if settings.kubeconfig is not None:
-        try:
-            client_ = config.new_client_from_config(config_file=str(settings.kubeconfig))  # type: ignore[no-untyped-call]
-            return client_, False
-        except (config.ConfigException, OSError, ValueError, TypeError) as err:
-            raise StartupError(f"--kubeconfig {settings.kubeconfig}: cannot load: {err}") from err
-    configuration = client.Configuration()
     try:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except config.ConfigException as err:
-        raise StartupError(
-            "no cluster to talk to: give --kubeconfig PATH (NODE_IPAM_KUBECONFIG) or run"
-            f" in a Pod with a service account ({err})"
-        ) from err
-    return client.ApiClient(configuration), True
+        return connect(settings.kubeconfig)
+    except ConnectError as err:
+        raise StartupError(str(err)) from err
 
 
 def leader_identity() -> str:
@@ -116,9 +105,9 @@ def tls_context(settings: Settings, *, workdir: Path) -> tls.ReloadingContext:
     """
     cert_file, key_file = settings.tls_cert_file, settings.tls_private_key_file
     if cert_file is None or key_file is None:
-        ca = tls.generate_ca()
+        ca = pki.generate_ca()
         names = _self_signed_names(settings.bind_address)
-        serving = tls.generate_serving_cert(ca, names)
+        serving = pki.generate_serving_cert(ca, names)
         cert_file, key_file = workdir / "tls.crt", workdir / "tls.key"
         tls.write_key_pair(serving, cert_path=cert_file, key_path=key_file)
         log_event(
@@ -149,8 +138,8 @@ def build(settings: Settings, *, workdir: Path) -> tuple[Any, Any, uvicorn.Confi
     Raises:
         StartupError: see :func:`api_client_for` and :func:`tls_context`.
     """
-    from app.controller import Controller
-    from app.kube import KubernetesAPI
+    from app.controller.manager import Controller
+    from app.kube.client import KubernetesAPI
 
     api_client, in_cluster = api_client_for(settings)
     auth = settings.auth or ("kubernetes" if in_cluster else "none")
@@ -235,11 +224,11 @@ def _self_managed_certificates(
     settings: Settings, *, api_client: Any, is_leader: Callable[[], bool]
 ) -> CertSync | None:
     """With ``--cert-secret-name``: certificate from the Secret into the TLS files before
-    the server starts, then kept current (app/certsync.py); returns the running
-    :class:`app.certsync.CertSync` (``/healthz`` checks it), else ``None``.
+    the server starts, then kept current (app/web/certsync.py); returns the running
+    :class:`app.web.certsync.CertSync` (``/healthz`` checks it), else ``None``.
     Raises :class:`StartupError`."""
-    from app.certsync import CertSyncError, start_self_managed
-    from app.kube import KubernetesAPI
+    from app.kube.client import KubernetesAPI
+    from app.web.certsync import CertSyncError, start_self_managed
 
     api = KubernetesAPI(api_client, request_timeout=settings.request_timeout_seconds)
     try:

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from app.views import EXCLUDE_FROM_LB_LABEL
+from app.core.views import EXCLUDE_FROM_LB_LABEL
 from bench.bench_cold_start import (
     SERVICES,
     WRITES,

@@ -21,9 +21,9 @@ import statistics
 import time
 from collections.abc import Callable
 
-from app.config import SelectionSettings
-from app.nodeipam import select
-from app.views import (
+from app.core.nodeipam import select
+from app.core.options import SelectionSettings
+from app.core.views import (
     EXCLUDE_FROM_LB_LABEL,
     EndpointSliceView,
     NodeView,

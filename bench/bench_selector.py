@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from app.selector import Selector, parse, parse_cached
+from app.core.selector import Selector, parse, parse_cached
 
 NODES = 5000
 SELECTORS = (

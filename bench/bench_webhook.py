@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 
 from app.config import Settings
-from app.main import create_app
-from app.nodeindex import NodeIndex
+from app.core.nodeindex import NodeIndex
+from app.web.app import create_app
 from bench.bench_core import make_nodes
 
 ROUNDS = 300

@@ -3,7 +3,7 @@
 ``python -m bench.ceiling_app --port PORT --tls-cert-file CERT --tls-private-key-file KEY``
 serves ``POST /validate``: parse the JSON body, answer ``allowed`` with the request's uid.
 uvicorn runs as ``node-ipam-lb serve`` runs it (:func:`app.server.build`): one process, TLS
-through :class:`app.tls.ReloadingContext`, lifespan on, no access log, no server header, the
+through :class:`app.web.tls.ReloadingContext`, lifespan on, no access log, no server header, the
 same JSON log configuration. Prints ``ready`` once it accepts connections.
 """
 
@@ -18,9 +18,9 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from app import tls
-from app.logs import configure
 from app.server import GRACEFUL_SHUTDOWN_SECONDS
+from app.telemetry.logs import configure
+from app.web import tls
 
 
 def create_ceiling_app() -> FastAPI:

@@ -16,7 +16,7 @@ The shape (``Scale`` picks the sizes; the defaults are issue 7's):
   class-less LoadBalancer (not ours with ``default-lb-service-ipam=lbipam``).
 
 :func:`expected_ingress` is the oracle the benchmarks check the written status against; it
-calls the product's own :func:`app.nodeipam.select` (one implementation of selection).
+calls the product's own :func:`app.core.nodeipam.select` (one implementation of selection).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.config import LOAD_BALANCER_CLASS, MATCH_NODE_LABELS_ANNOTATION, SelectionSettings
-from app.nodeipam import is_managed, select
-from app.views import (
+from app.core.nodeipam import is_managed, select
+from app.core.options import LOAD_BALANCER_CLASS, MATCH_NODE_LABELS_ANNOTATION, SelectionSettings
+from app.core.views import (
     EXCLUDE_FROM_LB_LABEL,
     EndpointSliceView,
     endpoint_slice_view,
@@ -305,7 +305,7 @@ def expected_ingress(
     cluster: Cluster, *, settings: SelectionSettings | None = None
 ) -> dict[str, list[dict[str, str]]]:
     """``namespace/name`` → the ingress list the controller must write, for every managed
-    Service (computed with the product's :func:`app.nodeipam.select`)."""
+    Service (computed with the product's :func:`app.core.nodeipam.select`)."""
     settings = settings or SelectionSettings()
     nodes = [node_view(n) for n in cluster.nodes]
     slices: dict[str, list[EndpointSliceView]] = {}

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.tls import write_dev_certs
+from app.web.tls import write_dev_certs
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parent.parent

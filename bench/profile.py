@@ -53,7 +53,7 @@ class PySpy:
 
 
 def _frame_name(frame: str) -> str:
-    # py-spy raw frames look like "select (app/nodeipam.py:224)"; keep "file:function".
+    # py-spy raw frames look like "select (app/core/nodeipam.py:224)"; keep "file:function".
     name, _, where = frame.partition(" (")
     path = where.split(":")[0]
     short = "/".join(path.split("/")[-2:])

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from app.config import SelectionSettings
-from app.nodeipam import Selection, select
-from app.views import (
+from app.core.nodeipam import Selection, select
+from app.core.options import SelectionSettings
+from app.core.views import (
     EndpointSliceView,
     NodeView,
     ServiceView,

@@ -1,4 +1,4 @@
-"""DESIGN.md §3: which Services are ours (Cilium's isServiceSupported, in its order)."""
+"""docs/design.md §3: which Services are ours (Cilium's isServiceSupported, in its order)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from app.config import SelectionSettings
-from app.nodeipam import is_managed
+from app.core.nodeipam import is_managed
+from app.core.options import SelectionSettings
 from tests.core.builders import UNSET, ips, node, run, service
 
 CASES: list[tuple[str, dict[str, Any], dict[str, Any], bool, str]] = [

@@ -1,7 +1,7 @@
 """``select`` gives the same Selection for a plain node list and for a shared NodeIndex.
 
 The reconciler passes ``ClusterCache.node_index()`` (selector matches memoised per Node
-snapshot); preview and admission pass lists. DESIGN.md §1: one implementation of node
+snapshot); preview and admission pass lists. docs/design.md §1: one implementation of node
 selection, so the two forms must never disagree, in ingress, verdicts, counts or reasons.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from app import nodeindex
-from app.config import SelectionSettings
-from app.nodeindex import NodeIndex
-from app.nodeipam import select
-from app.selector import parse
+from app.core import nodeindex
+from app.core.nodeindex import NodeIndex
+from app.core.nodeipam import select
+from app.core.options import SelectionSettings
+from app.core.selector import parse
 from tests.core.builders import NOW, node, run, service
 from tests.core.test_select_rules import CASES, Case
 

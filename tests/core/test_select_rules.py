@@ -1,4 +1,4 @@
-"""DESIGN.md §4, rule by rule: one table row per behaviour an operator would recognise."""
+"""docs/design.md §4, rule by rule: one table row per behaviour an operator would recognise."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.nodeipam import NodeVerdict
-from app.views import EndpointSliceView, NodeView, ServiceView
+from app.core.nodeipam import NodeVerdict
+from app.core.views import EndpointSliceView, NodeView, ServiceView
 from tests.core.builders import NOW, endpoint, endpoint_slice, ips, node, run, service
 
 EXCLUDE = "node.kubernetes.io/exclude-from-external-load-balancers"

@@ -1,4 +1,4 @@
-"""The admission memo (app/selection_memo.py) answers repeats exactly as ``select`` would.
+"""The admission memo (app/core/selection_memo.py) answers repeats exactly as ``select`` would.
 
 Same inputs, same result: an entry is reused only for an identical Service (apart from
 ``status`` and ``resourceVersion``), the same Node snapshot, equal EndpointSlices, equal
@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from app.config import SelectionSettings
-from app.nodeindex import NodeIndex
-from app.nodeipam import Selection, select
-from app.selection_memo import NotMemoised, SelectionMemo
-from app.views import ServiceView
+from app.core.nodeindex import NodeIndex
+from app.core.nodeipam import Selection, select
+from app.core.options import SelectionSettings
+from app.core.selection_memo import NotMemoised, SelectionMemo
+from app.core.views import ServiceView
 from tests.core.builders import NOW, endpoint, endpoint_slice, node, service
 
 Summary = tuple[Any, ...]

@@ -1,4 +1,4 @@
-"""app.status.ingress_differs: write only on change, never loop on API defaulting."""
+"""app.core.status.ingress_differs: write only on change, never loop on API defaulting."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.status import ingress_differs
+from app.core.status import ingress_differs
 
 A = {"ip": "10.0.0.1", "ipMode": "VIP"}
 B = {"ip": "10.0.0.2", "ipMode": "VIP"}

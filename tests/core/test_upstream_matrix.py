@@ -1,7 +1,9 @@
-"""Cilium's nodesvclb_test.go matrix (cilium-node-ipam.md §11), with the product's results.
+"""Cilium's nodesvclb_test.go matrix, with the product's results.
+
+The matrix is docs/reference/cilium-node-ipam.md §11.
 
 Where the product deliberately differs (canonical text, family-then-numeric order, explicit
-``ipMode``), the expectation is DESIGN.md's; the upstream value is kept in a comment.
+``ipMode``), the expectation is docs/design.md's; the upstream value is kept in a comment.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""app.views: projections parse once, never raise on garbage content, name the field otherwise."""
+"""app.core.views: projections parse once, never raise on garbage, name the field otherwise."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.views import (
+from app.core.views import (
     NodeAddress,
     ViewError,
     canonical_ip,

@@ -1,4 +1,4 @@
-"""Certificate Secrets for the certificate tests, built with app.tls (real keys)."""
+"""Certificate Secrets for the certificate tests, built with app.web.tls (real keys)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import base64
 import datetime
 from typing import Any
 
-from app.certmanager import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertPolicy
-from app.tls import KeyPair, generate_ca, generate_serving_cert
+from app.core.certificates import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertPolicy
+from app.core.pki import KeyPair, generate_ca, generate_serving_cert
 
 DAY = datetime.timedelta(days=1)
 

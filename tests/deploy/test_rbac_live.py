@@ -24,7 +24,9 @@ import httpx
 import kubernetes.client
 import pytest
 
-from app.tls import generate_ca, generate_serving_cert, write_key_pair
+from app.core.pki import generate_ca, generate_serving_cert
+from app.web.tls import write_key_pair
+from tests.controller.support import wait_until
 from tests.deploy.rbac import Authorizer, Request
 from tests.deploy.render import (
     NAMESPACE,
@@ -37,7 +39,6 @@ from tests.deploy.render import (
 )
 from tests.deploy.tlsprobe import presented_certificate
 from tests.fakeapi.server import FakeApiServer
-from tests.reconcile.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tests" / "data" / "cases" / "kind-4node" / "cluster.yaml"

@@ -1,6 +1,6 @@
 """Label and field selectors for list/watch and webhook ``namespaceSelector``/``objectSelector``.
 
-Label selector strings are parsed by the product's own ``app.selector.parse`` (the
+Label selector strings are parsed by the product's own ``app.core.selector.parse`` (the
 apimachinery ``labels.Parse`` grammar); a string that does not parse answers 400 like the
 real server. Field selectors follow
 ``fields.ParseSelector`` (``a=b``, ``a==b``, ``a!=b``, comma = AND, ``\\`` escapes).
@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from app.selector import SelectorError, parse
+from app.core.selector import SelectorError, parse
 from tests.fakeapi.errors import ApiError, bad_request
 
 Matcher = Callable[[Mapping[str, str]], bool]
@@ -39,7 +39,7 @@ def _requirement(key: str, op: str, values: list[str]) -> Matcher:
 
 
 def parse_label_selector(text: str) -> Matcher:
-    """Compile a label selector string with :func:`app.selector.parse` (``labels.Parse``).
+    """Compile a label selector string with :func:`app.core.selector.parse` (``labels.Parse``).
 
     Raises :class:`ApiError` 400 with the parser's message when it does not parse.
     """

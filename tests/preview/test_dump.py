@@ -1,4 +1,4 @@
-"""app.dump: reading what kubectl prints, in every shape it prints it."""
+"""app.core.dump: reading what kubectl prints, in every shape it prints it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from app.dump import DumpError, load_dump, load_views
+from app.core.dump import DumpError, load_dump, load_views
 from tests.core.builders import node_obj, service_obj
 
 Write = Callable[..., str]

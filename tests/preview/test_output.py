@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
-from app import preview_cli
-from app.config import SelectionSettings
-from app.dump import load_views
-from app.nodeipam import NodeVerdict, Selection
-from app.preview_output import write_json, write_yaml
+from app.core.dump import load_views
+from app.core.nodeipam import NodeVerdict, Selection
+from app.core.options import SelectionSettings
+from app.preview import run as preview_cli
+from app.preview.output import write_json, write_yaml
 from tests.core.builders import NOW
 from tests.preview.conftest import KIND_4NODE
 

@@ -13,10 +13,10 @@ import pytest
 from fastapi import FastAPI
 
 from app.config import Settings
-from app.main import create_app
-from app.nodeindex import NodeIndex
-from app.views import EndpointSliceView, NodeView, ServiceView, service_view
-from tests.admission.builders import endpoint_slice, node, service
+from app.core.nodeindex import NodeIndex
+from app.core.views import EndpointSliceView, NodeView, ServiceView, service_view
+from app.web.app import create_app
+from tests.core.admission.builders import endpoint_slice, node, service
 
 
 class AppClient:

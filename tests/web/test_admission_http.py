@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from app.config import Settings
-from app.main import create_app
-from app.routes import deps
-from tests.admission.builders import ANNOTATION, patched, review, service
+from app.web.app import create_app
+from app.web.routes import deps
+from tests.core.admission.builders import ANNOTATION, patched, review, service
 from tests.web.conftest import AppClient
 
 JSON = {"content-type": "application/json"}
@@ -261,7 +261,7 @@ def test_a_valid_surrogate_pair_is_an_ordinary_character(client: AppClient) -> N
 def test_a_response_that_cannot_be_rendered_is_not_counted_as_allowed(
     client: AppClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app import admission
+    from app.core import admission
 
     def unrenderable(*_: object) -> dict[str, Any]:
         return {"response": {"uid": "\ud800", "allowed": True}}
@@ -277,7 +277,7 @@ def test_a_response_that_cannot_be_rendered_is_not_counted_as_allowed(
 def test_an_unexpected_error_in_the_decision_is_a_logged_400(
     client: AppClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from app import admission
+    from app.core import admission
 
     def broken(*_: object, **__: object) -> None:
         raise TypeError("unhashable type: 'dict'")
@@ -292,7 +292,7 @@ def test_an_unexpected_error_in_the_decision_is_a_logged_400(
 @pytest.fixture
 def pool_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records each decision the route sends to the thread pool."""
-    from app.routes import admission as route
+    from app.web.routes import admission as route
 
     hops: list[str] = []
     real = route.run_in_threadpool
@@ -321,7 +321,7 @@ def test_repeated_review_is_answered_from_the_memo_without_the_thread_pool(
 def test_node_change_between_identical_reviews_changes_the_warning(
     client: AppClient, cache: Any, pool_hops: list[str]
 ) -> None:
-    from tests.admission.builders import node
+    from tests.core.admission.builders import node
 
     svc = service(name="new", cls="io.cilium/node", selector="role=gpu")
     assert "warnings" in post(client, "/validate", review(svc)).json()["response"]
@@ -331,7 +331,7 @@ def test_node_change_between_identical_reviews_changes_the_warning(
 
 
 def test_large_body_is_decided_in_the_thread_pool(client: AppClient, pool_hops: list[str]) -> None:
-    from app.routes.admission import INLINE_BODY_BYTES
+    from app.web.routes.admission import INLINE_BODY_BYTES
 
     svc = service(name="new", cls="io.cilium/node", selector="role=edge")
     svc["metadata"]["annotations"]["example.com/padding"] = "x" * INLINE_BODY_BYTES

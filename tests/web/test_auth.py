@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from app.auth import AccessError, KubernetesAuthorizer
 from app.config import Settings
-from app.kube import ApiError
-from app.main import create_app
-from tests.admission.builders import review, service
+from app.kube.client import ApiError
+from app.web.app import create_app
+from app.web.auth import AccessError, KubernetesAuthorizer
+from tests.core.admission.builders import review, service
 from tests.web.conftest import AppClient, FakeController
 
 
 @dataclass
 class FakeReviews:
-    """A :class:`app.kube.ReviewAPI` answering TokenReview/SubjectAccessReview bodies (raw
+    """A :class:`app.kube.client.ReviewAPI` answering TokenReview/SubjectAccessReview bodies (raw
     JSON, like the API server) by token and by (user, verb, path)."""
 
     users: dict[str, str] = field(

@@ -307,12 +307,14 @@ def test_in_process_server_without_auth_reloads_rotated_certificates(
     import uvicorn
     from cryptography.hazmat.primitives.serialization import Encoding
 
-    from app import server, tls
+    from app import server
     from app.config import Settings
+    from app.core import pki
+    from app.web import tls
 
     monkeypatch.setattr(tls, "RELOAD_CHECK_SECONDS", 0.0)
-    ca = tls.generate_ca()
-    first = tls.generate_serving_cert(ca, ["127.0.0.1"])
+    ca = pki.generate_ca()
+    first = pki.generate_serving_cert(ca, ["127.0.0.1"])
     cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
     tls.write_key_pair(first, cert_path=cert_file, key_path=key_file)
     settings = Settings(
@@ -352,7 +354,7 @@ def test_in_process_server_without_auth_reloads_rotated_certificates(
             assert http.get("/metrics").status_code == 200
             assert http.post("/validate", json={}).status_code == 404, "--no-webhook"
         assert served_cert() == first.certificate.public_bytes(Encoding.DER)
-        second = tls.generate_serving_cert(ca, ["127.0.0.1"])
+        second = pki.generate_serving_cert(ca, ["127.0.0.1"])
         tls.write_key_pair(second, cert_path=cert_file, key_path=key_file)
         assert served_cert() == second.certificate.public_bytes(Encoding.DER)
     finally:

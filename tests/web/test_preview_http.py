@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from tests.admission.builders import service
+from tests.core.admission.builders import service
 from tests.web.conftest import AppClient, FakeCache
 
 EDGE_ONLY = [{"ip": "10.0.0.1", "ipMode": "VIP"}]
@@ -143,7 +143,7 @@ def test_healthz_and_readyz_follow_the_controller(client: AppClient, controller:
 
 def test_lifespan_starts_and_stops_the_controller(controller: object) -> None:
     from app.config import Settings
-    from app.main import create_app
+    from app.web.app import create_app
 
     app = create_app(Settings(auth="none"), controller=controller)  # type: ignore[arg-type]
     with AppClient(app):
@@ -154,8 +154,8 @@ def test_lifespan_starts_and_stops_the_controller(controller: object) -> None:
 def test_item_is_exactly_the_selection_to_dict_of_preview_json(
     client: AppClient, cache: FakeCache
 ) -> None:
-    from app.config import SelectionSettings
-    from app.nodeipam import select
+    from app.core.nodeipam import select
+    from app.core.options import SelectionSettings
 
     service = cache.service("default", "web")
     assert service is not None
@@ -182,8 +182,8 @@ def test_unexpected_error_is_a_json_500_with_a_reason(
     import httpx
 
     from app.config import Settings
-    from app.main import create_app
-    from app.routes import preview
+    from app.web.app import create_app
+    from app.web.routes import preview
 
     def broken(**_: object) -> None:
         raise RuntimeError("boom")
@@ -214,7 +214,7 @@ def test_manifest_is_parsed_off_the_event_loop(
     in the thread pool, where no event loop is running."""
     import asyncio
 
-    from app.routes import preview
+    from app.web.routes import preview
 
     loops: list[bool] = []
     parse = preview._manifest

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from app import metrics, tls
+from app.core import pki
+from app.telemetry import metrics
+from app.web import tls
 
 
 class Clock:
@@ -44,7 +46,7 @@ def handshake(context: ssl.SSLContext, ca_pem: bytes) -> bytes:
     return asyncio.run(asyncio.wait_for(run(), timeout=20))
 
 
-def der(pair: tls.KeyPair) -> bytes:
+def der(pair: pki.KeyPair) -> bytes:
     from cryptography.hazmat.primitives.serialization import Encoding
 
     return pair.certificate.public_bytes(Encoding.DER)
@@ -64,7 +66,7 @@ def test_certs_generate_writes_ca_cert_and_private_key(tmp_path: Path) -> None:
 
 def test_serving_cert_needs_a_name() -> None:
     with pytest.raises(ValueError, match="dns_names"):
-        tls.generate_serving_cert(tls.generate_ca(), [])
+        pki.generate_serving_cert(pki.generate_ca(), [])
 
 
 def test_context_refuses_tls_below_1_2() -> None:
@@ -73,15 +75,15 @@ def test_context_refuses_tls_below_1_2() -> None:
 
 @dataclass
 class Served:
-    ca: tls.KeyPair
-    first: tls.KeyPair
+    ca: pki.KeyPair
+    first: pki.KeyPair
     cert_file: Path
     key_file: Path
     clock: Clock
     reloading: tls.ReloadingContext
 
-    def rotate(self) -> tls.KeyPair:
-        pair = tls.generate_serving_cert(self.ca, ["127.0.0.1"])
+    def rotate(self) -> pki.KeyPair:
+        pair = pki.generate_serving_cert(self.ca, ["127.0.0.1"])
         tls.write_key_pair(pair, cert_path=self.cert_file, key_path=self.key_file)
         return pair
 
@@ -90,8 +92,8 @@ class Served:
 def served(tmp_path: Path) -> Served:
     """Certificate files for 127.0.0.1 served by a ReloadingContext on a fake clock (5 s)."""
     cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
-    ca = tls.generate_ca()
-    first = tls.generate_serving_cert(ca, ["127.0.0.1"])
+    ca = pki.generate_ca()
+    first = pki.generate_serving_cert(ca, ["127.0.0.1"])
     tls.write_key_pair(first, cert_path=cert_file, key_path=key_file)
     clock = Clock()
     reloading = tls.ReloadingContext(
@@ -125,16 +127,16 @@ def test_half_written_files_keep_the_previous_certificate(served: Served) -> Non
 
 
 def test_fingerprint_is_sha256_colon_hex() -> None:
-    fingerprint = tls.generate_ca().fingerprint()
+    fingerprint = pki.generate_ca().fingerprint()
     assert len(fingerprint.split(":")) == 32
 
 
 def test_generation_at_a_given_time_is_deterministic_in_its_dates() -> None:
     now = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
-    ca = tls.generate_ca(validity=datetime.timedelta(days=10), now=now)
-    serving = tls.generate_serving_cert(ca, ["a.example"], datetime.timedelta(days=30), now=now)
-    assert ca.certificate.not_valid_before_utc == now - tls.CLOCK_SKEW
-    assert serving.certificate.not_valid_before_utc == now - tls.CLOCK_SKEW
+    ca = pki.generate_ca(validity=datetime.timedelta(days=10), now=now)
+    serving = pki.generate_serving_cert(ca, ["a.example"], datetime.timedelta(days=30), now=now)
+    assert ca.certificate.not_valid_before_utc == now - pki.CLOCK_SKEW
+    assert serving.certificate.not_valid_before_utc == now - pki.CLOCK_SKEW
     assert serving.certificate.not_valid_after_utc == ca.certificate.not_valid_after_utc, (
         "a serving certificate never outlives its CA"
     )
@@ -152,9 +154,9 @@ def test_expiry_metric_follows_the_served_certificate_files(tmp_path: Path) -> N
     """Certificates from files (cert-manager, --tls-cert-file) set the expiry gauge on load
     and on every reload, not only self-managed ones (deploy/README.md alert)."""
     cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
-    ca = tls.generate_ca()
+    ca = pki.generate_ca()
     start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-    first = tls.generate_serving_cert(ca, ["127.0.0.1"], datetime.timedelta(days=90), now=start)
+    first = pki.generate_serving_cert(ca, ["127.0.0.1"], datetime.timedelta(days=90), now=start)
     tls.write_key_pair(first, cert_path=cert_file, key_path=key_file)
     metrics.CERTIFICATE_EXPIRY.set(0)
     clock = Clock()
@@ -163,7 +165,7 @@ def test_expiry_metric_follows_the_served_certificate_files(tmp_path: Path) -> N
     )
     assert expiry_metric() == first.certificate.not_valid_after_utc.timestamp()
 
-    second = tls.generate_serving_cert(ca, ["127.0.0.1"], datetime.timedelta(days=30), now=start)
+    second = pki.generate_serving_cert(ca, ["127.0.0.1"], datetime.timedelta(days=30), now=start)
     tls.write_key_pair(second, cert_path=cert_file, key_path=key_file)
     clock.now = 5
     assert reloading.maybe_reload()

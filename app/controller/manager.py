@@ -1,0 +1,316 @@
+"""Wiring of the reconciler: informers → cache → event-to-key mapping → work queue → workers,
+under leader election (docs/design.md §5).
+
+Every replica runs the informers (admission and preview read the cache). Only the leader
+enqueues and reconciles: worker threads exist on every replica but the queue is fed only
+while leading, and each status write re-checks leadership. Keys are enqueued once the three
+kinds are synced; on that moment and on every acquisition of the Lease, every Service is
+enqueued once (the queue deduplicates).
+
+Which keys an event enqueues is :mod:`app.controller.triggers`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
+
+from app.config import Settings
+from app.controller.cache import Change, ClusterCache, service_key
+from app.controller.events import EventRecorder
+from app.controller.informer import Informer
+from app.controller.leader import LeaderElector
+from app.controller.reconciler import Reconciler
+from app.controller.triggers import services_for_endpoint_slice_changes, services_for_node_change
+from app.controller.workqueue import WorkQueue
+from app.core.nodeipam import is_managed
+from app.core.views import ServiceView, endpoint_slice_view, node_view, service_view
+from app.kube.client import ApiError, Kind, KubeAPI, KubernetesAPI
+from app.telemetry import metrics
+from app.telemetry.logs import log_event
+
+LOG = logging.getLogger("node_ipam_lb.controller")
+
+
+class Controller:
+    """The reconciler process part: ``start``/``stop``, ``ready``,
+    ``healthy``, ``is_leader``; ``cache`` is read by the web layer.
+
+    ``api`` replaces the client built from ``api_client`` (tests pass an in-memory one).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        api_client: Any,
+        identity: str,
+        api: KubeAPI | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.identity = identity
+        self.cache = ClusterCache()
+        self._api: KubeAPI = api or KubernetesAPI(
+            api_client, request_timeout=settings.request_timeout_seconds
+        )
+        self._selection = settings.selection()
+        # serve --no-reconciler, or enable_node_ipam false (Cilium's enable-node-ipam switch:
+        # serve --no-enable-node-ipam or NODE_IPAM_ENABLE_NODE_IPAM=false): watch, never write.
+        self._writes = settings.reconciler and settings.enable_node_ipam
+        self.queue = WorkQueue()
+        self._lock = threading.Lock()
+        self._managed: dict[str, ServiceView] = {}
+        self._enqueued_after_sync = False
+        self._term_enqueued = False
+        self._adds = 0
+        self._stopping = threading.Event()
+        self._workers: list[threading.Thread] = []
+        self._started = False
+        self.recorder = EventRecorder(api=self._api, identity=identity, clock=wall_clock)
+        self.elector: LeaderElector | None = None
+        if settings.leader_elect:
+            self.elector = LeaderElector(
+                api=self._api,
+                namespace=settings.leader_election_namespace,
+                name=settings.leader_election_id,
+                identity=identity,
+                lease_duration=settings.lease_duration_seconds,
+                renew_deadline=settings.renew_deadline_seconds,
+                retry_period=settings.retry_period_seconds,
+                on_started_leading=self._on_started_leading,
+                wall_clock=wall_clock,
+            )
+        self.reconciler = Reconciler(
+            cache=self.cache,
+            api=self._api,
+            recorder=self.recorder,
+            settings=self._selection,
+            is_leader=self.is_leader,
+            wall_clock=wall_clock,
+            always_write=settings.cilium_compat_fanout,  # benchmark only (bench/README.md)
+        )
+        annotation = self._selection.match_node_labels_annotation
+        views: dict[Kind, Callable[..., Any]] = {
+            "nodes": node_view,
+            "services": partial(service_view, match_node_labels_annotation=annotation),
+            "endpointslices": endpoint_slice_view,
+        }
+        self.informers = [
+            Informer(
+                kind=kind,
+                api=self._api,
+                cache=self.cache,
+                to_view=views[kind],
+                handler=self._on_changes,
+                watch_timeout_seconds=settings.watch_timeout_seconds,
+            )
+            for kind in views
+        ]
+
+    def start(self) -> None:
+        """Start informers, leader election and workers on daemon threads; returns at once.
+        With ``settings.reconciler`` or ``enable_node_ipam`` false there are no workers and
+        nothing is enqueued: the cache serves admission and preview, no status is written."""
+        if self._started:
+            return
+        self._started = True
+        log_event(
+            LOG,
+            "controller starting",
+            identity=self.identity,
+            leader_elect=self.settings.leader_elect,
+            workers=self.settings.workers,
+        )
+        for informer in self.informers:
+            informer.start()
+        for index in range(self.settings.workers if self._writes else 0):
+            thread = threading.Thread(target=self._work, name=f"reconcile-{index}", daemon=True)
+            thread.start()
+            self._workers.append(thread)
+        if self.elector is not None:
+            self.elector.start()
+        else:
+            metrics.LEADER_STATUS.labels(self.settings.leader_election_id).set(1)
+
+    def stop(self, timeout: float = 10.0, *, release: bool = True) -> None:
+        """Stop workers (no write after this returns), informers, and release the Lease
+        (``release=False`` leaves it to expire, as a crashed replica would: tests)."""
+        deadline = time.monotonic() + timeout
+        self._stopping.set()
+        self.queue.shut_down()
+        for informer in self.informers:
+            informer.stop()
+        for thread in self._workers:
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        if self.elector is not None:
+            self.elector.stop(max(deadline - time.monotonic(), 0.1), release=release)
+        for informer in self.informers:
+            informer.join(max(deadline - time.monotonic(), 0.0))
+        log_event(LOG, "controller stopped", identity=self.identity)
+
+    def ready(self) -> bool:
+        """True once the first full list of Nodes, Services and EndpointSlices is cached."""
+        return self.cache.synced
+
+    def healthy(self) -> tuple[bool, str]:
+        """Liveness: ``(False, why)`` when a watch has had no event, bookmark or reconnect
+        for longer than twice the watch timeout plus the read-timeout slack and maximal
+        backoff (a hung connection), or an informer thread or a reconcile worker thread has
+        died (a dead worker reconciles nothing: on the leader, Services would silently stop
+        converging), or leader election cannot even start because the Lease's namespace
+        does not exist (:meth:`LeaderElector.problem`).
+
+        Why liveness and not readiness for the missing namespace: readiness gates the
+        webhook and preview traffic, which every replica serves correctly from its cache
+        without the Lease; failing it on every replica would take admission down for a
+        problem of the status writer alone. A failing ``/healthz`` is what an operator
+        sees (``kubectl describe pod``: the probe failure with this reason and restarts;
+        outside a cluster: ``curl /healthz``), like client-go's leader-election healthz
+        adaptor, and a restart costs nothing (the process is stateless).
+        """
+        if self.elector is not None and (problem := self.elector.problem()) is not None:
+            return False, problem
+        running = self._started and not self._stopping.is_set()
+        for worker in self._workers:
+            if running and not worker.is_alive():
+                return False, f"the reconcile worker thread {worker.name} has stopped"
+        bound = 2 * (self.settings.watch_timeout_seconds + 15) + 30
+        for informer in self.informers:
+            if running and not informer.alive():
+                return False, f"the {informer.kind} informer thread has stopped"
+            idle = informer.stuck_for()
+            if idle > bound:
+                return False, (
+                    f"watch on {informer.kind} had no event, bookmark or reconnect"
+                    f" for {idle:.0f}s (bound {bound}s)"
+                )
+        return True, "ok"
+
+    def is_leader(self) -> bool:
+        """True while this replica holds the Lease (always, with ``leader_elect`` false).
+        Other leader-only duties (webhook certificates) use it too, so the Lease is
+        campaigned for even with ``reconciler`` false."""
+        if self._stopping.is_set():
+            return False
+        return self.elector is None or self.elector.is_leader()
+
+    def queue_adds(self) -> int:
+        """How many keys the event handlers have put on the queue so far (tests, debugging)."""
+        with self._lock:
+            return self._adds
+
+    def _enqueue(self, keys: Iterable[str]) -> None:
+        # Called from the three informer threads: the counter is updated under the lock,
+        # the keys are consumed outside it (computing them may take other locks).
+        if self._writes and self._enqueued_after_sync and self.is_leader():
+            added = 0
+            for key in keys:
+                added += 1
+                self.queue.add(key)
+            with self._lock:
+                self._adds += added
+
+    def _on_started_leading(self) -> None:
+        with self._lock:
+            self._term_enqueued = False
+        self.reconciler.reset()
+        self._enqueue_all()
+
+    def _enqueue_all(self) -> None:
+        """Enqueue every Service once per leadership term, as soon as the caches are synced."""
+        with self._lock:
+            if self._term_enqueued or not (self._writes and self.cache.synced and self.is_leader()):
+                return
+            self._term_enqueued = True
+        for service in self.cache.services():
+            self.queue.add(service_key(service.namespace, service.name))
+
+    def _on_changes(self, kind: Kind, changes: list[Change]) -> None:
+        if kind == "services":
+            self._track_managed(changes)
+            self._enqueue(
+                key
+                for key, old, new in changes
+                if new is None or not self.reconciler.is_own_write(old, new)
+            )
+        elif kind == "endpointslices":
+            with self._lock:
+                keys = services_for_endpoint_slice_changes(changes=changes, managed=self._managed)
+            self._enqueue(keys)
+        elif self._enqueued_after_sync:
+            with self._lock:
+                managed_services = list(self._managed.values())
+            for _, old, new in changes:
+                if self.settings.cilium_compat_fanout:  # benchmark only (bench/README.md)
+                    self._enqueue(service_key(s.namespace, s.name) for s in managed_services)
+                    continue
+                self._enqueue(
+                    services_for_node_change(
+                        old=old, new=new, managed=managed_services, cache=self.cache
+                    )
+                )
+        # Check and set under the lock: the informer threads of the last two kinds to sync
+        # may both get here; only one may see the first sync.
+        with self._lock:
+            first_sync = not self._enqueued_after_sync and self.cache.synced
+            if first_sync:
+                self._enqueued_after_sync = True
+        if first_sync:
+            log_event(LOG, "caches synced", services=len(self.cache.services()))
+            self._enqueue_all()
+
+    def _track_managed(self, changes: list[Change]) -> None:
+        with self._lock:
+            for key, _, new in changes:
+                if new is not None and is_managed(new, self._selection)[0]:
+                    self._managed[key] = new
+                else:
+                    self._managed.pop(key, None)
+            metrics.MANAGED_SERVICES.set(len(self._managed))
+        # On every replica: a Service deleted while another replica leads is never
+        # reconciled here, and its per-Service memory would otherwise stay forever.
+        for key, _, new in changes:
+            if new is None:
+                self.reconciler.forget(key)
+
+    def _work(self) -> None:
+        while not self._stopping.is_set():
+            key = self.queue.get(timeout=1.0)
+            if key is None:
+                continue
+            try:
+                if self.is_leader():
+                    self._process(key)
+            finally:
+                self.queue.done(key)
+
+    def _process(self, key: str) -> None:
+        start = time.perf_counter()
+        result = "success"
+        try:
+            delay = self.reconciler.reconcile(key)
+            self.queue.forget(key)
+            if delay is not None:
+                result = "requeue_after"
+                self.queue.add_after(key, delay)
+        except Exception as err:
+            result = "error"
+            metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
+            delay = self.queue.add_rate_limited(key)
+            if not isinstance(err, ApiError):
+                LOG.exception("reconcile failed", extra={"fields": {"service": key}})
+            log_event(
+                LOG,
+                "reconcile failed, requeued",
+                level=logging.DEBUG,
+                service=key,
+                retry_in_seconds=delay,
+            )
+        finally:
+            metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.perf_counter() - start)
+            metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, result).inc()

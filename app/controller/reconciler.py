@@ -1,0 +1,255 @@
+"""Reconcile one Service key: the thin shell around :func:`app.core.nodeipam.select`.
+
+The reconciler's guarantees are docs/design.md §5.
+
+For ``namespace/name``: read the :class:`~app.core.views.ServiceView` from the cache (gone:
+done); not managed (§3): never write; otherwise compute the :class:`~app.core.nodeipam.Selection`
+from the cached Nodes and EndpointSlices and, only when :func:`app.core.status.ingress_differs`,
+PATCH ``services/{name}/status`` with a JSON merge patch holding nothing but
+``status.loadBalancer.ingress``.
+
+**Stale cache and the missing resourceVersion precondition (a deliberate choice).** The
+merge patch carries no ``metadata.resourceVersion``. The ingress we write is a function of
+the Nodes and EndpointSlices only, never of the stored status, and no one else writes the
+status of a Service we manage; the stored value is read solely to skip no-op writes. A stale
+cache therefore costs at most one redundant, identical write, or a write computed from
+slightly old Nodes that the watch event still on its way corrects at once (it re-enqueues the
+Service). A precondition would turn every such case into a 409 + retry without making the
+result more correct. To avoid rewriting our own value while the watch has not yet delivered
+it, :class:`Reconciler` remembers ``(resourceVersion seen, ingress written)`` per Service and,
+while the cache still shows that version, compares against what it wrote instead.
+
+Errors: :class:`~app.kube.client.ApiError` from the PATCH propagates (the worker re-queues the key
+with backoff: 409 conflicts, 5xx, connection failures); 404 means the Service is gone: done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from app.controller.cache import ClusterCache, service_key
+from app.controller.events import NORMAL, WARNING, EventRecorder, ServiceEvent
+from app.core.nodeipam import Selection, is_managed, select
+from app.core.options import SelectionSettings
+from app.core.status import ingress_differs
+from app.core.views import ServiceView
+from app.kube.client import ApiError, KubeAPI
+from app.telemetry import metrics
+from app.telemetry.logs import log_event
+
+LOG = logging.getLogger("node_ipam_lb.reconciler")
+
+
+def status_patch(ingress: tuple[dict[str, str], ...]) -> dict[str, Any]:
+    """The merge patch body that sets ``status.loadBalancer.ingress`` and nothing else."""
+    return {"status": {"loadBalancer": {"ingress": [dict(entry) for entry in ingress]}}}
+
+
+def no_eligible_nodes_note(selection: Selection) -> str:
+    """Explain an empty ingress from the Selection's own reason and verdicts.
+
+    E.g. ``"every matching Node is excluded (...); ExcludedByLabel: kind-control-plane
+    (has label node.kubernetes.io/exclude-from-external-load-balancers ...)"``: the
+    reason, then per verdict code (in first-seen order) up to three node names and the
+    verdict's sentence. Nothing about selection is recomputed here.
+    """
+    dropped = [v for v in selection.nodes if not v.selected]
+    counts = Counter(v.code for v in dropped)
+    parts = []
+    for code in counts:
+        names = [v.name for v in dropped if v.code == code]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        sentence = next(v.reason for v in dropped if v.code == code)
+        parts.append(f"{code}: {shown} ({sentence})")
+    return "; ".join([selection.reason, *parts])
+
+
+class Reconciler:
+    """Reconciles Service keys; safe to call from several worker threads (one key is never
+    processed by two workers at once: the work queue guarantees it)."""
+
+    def __init__(
+        self,
+        *,
+        cache: ClusterCache,
+        api: KubeAPI,
+        recorder: EventRecorder,
+        settings: SelectionSettings,
+        is_leader: Callable[[], bool],
+        wall_clock: Callable[[], float] = time.time,
+        always_write: bool = False,
+    ) -> None:
+        # always_write: benchmark only (bench/README.md), Cilium's status write on every
+        # reconcile, own-write echoes reconciled again; never set in production.
+        self._always_write = always_write
+        self._cache = cache
+        self._api = api
+        self._recorder = recorder
+        self._settings = settings
+        self._is_leader = is_leader
+        self._wall = wall_clock
+        self._lock = threading.Lock()
+        self._written: dict[str, tuple[str | None, tuple[dict[str, str], ...]]] = {}
+        self._errors: dict[str, str] = {}
+
+    def is_own_write(self, old: ServiceView | None, new: ServiceView) -> bool:
+        """True when ``new`` differs from ``old`` only by the status this reconciler last
+        wrote (plus ``resourceVersion``): the watch echo of our own PATCH, which needs no
+        reconcile (nothing an input of the Selection holds has changed)."""
+        if old is None or self._always_write:
+            return False
+        with self._lock:
+            written = self._written.get(service_key(new.namespace, new.name))
+        if written is None or ingress_differs(written[1], new.ingress):
+            return False
+        return dataclasses.replace(old, ingress=None, resource_version=None) == (
+            dataclasses.replace(new, ingress=None, resource_version=None)
+        )
+
+    def reconcile(self, key: str) -> float | None:
+        """Bring Service ``key`` (``namespace/name``) to its desired status.
+
+        Returns the delay in seconds after which the key must be reconciled again (a
+        NotReady grace period runs out), or ``None``. Raises :class:`ApiError` when the
+        status write failed and should be retried with backoff.
+        """
+        namespace, _, name = key.partition("/")
+        service = self._cache.service(namespace, name)
+        if service is None or not is_managed(service, self._settings)[0]:
+            self._forget(key, namespace, name)
+            return None
+        now = self._wall()
+        selection = select(
+            service=service,
+            nodes=self._cache.node_index(),
+            endpoint_slices=self._cache.endpoint_slices(namespace, name),
+            settings=self._settings,
+            now=now,
+        )
+        if selection.error is not None or selection.ingress is None:
+            self._invalid_selector(key, selection)
+            return None
+        with self._lock:
+            self._errors.pop(key, None)
+        wrote = False
+        if self._always_write or ingress_differs(selection.ingress, self._stored(key, service)):
+            wrote = self._write(key, service.resource_version, selection)
+            if not wrote:
+                return None
+        self._report(selection, wrote=wrote)
+        if selection.recheck_at is None:
+            return None
+        return max(selection.recheck_at - now, 0.0)
+
+    def _stored(self, key: str, service: ServiceView) -> tuple[Mapping[str, Any], ...] | None:
+        """The ingress the API server holds as far as we know: what we last wrote while the
+        cache still shows the version we wrote over (its watch echo is on the way), else
+        the cached value. Comparing with the cache alone would lose an update when a later
+        change wants the old value back before the echo arrives."""
+        with self._lock:
+            written = self._written.get(key)
+        if written is not None and written[0] == service.resource_version:
+            return written[1]
+        return service.ingress
+
+    def _write(self, key: str, version: str | None, selection: Selection) -> bool:
+        assert selection.ingress is not None
+        if not self._is_leader():
+            return False  # lost the Lease since the key was taken: no write, ever
+        # Recorded before the request: the watch echo can be handled before the response.
+        with self._lock:
+            previous = self._written.get(key)
+            self._written[key] = (version, selection.ingress)
+        try:
+            self._api.patch_service_status(
+                namespace=selection.namespace,
+                name=selection.name,
+                patch=status_patch(selection.ingress),
+            )
+        except ApiError as err:
+            with self._lock:
+                if previous is None:
+                    self._written.pop(key, None)
+                else:
+                    self._written[key] = previous
+            if err.status == 404:
+                metrics.STATUS_WRITES.labels("not_found").inc()
+                return False
+            metrics.STATUS_WRITES.labels("conflict" if err.status == 409 else "error").inc()
+            log_event(
+                LOG,
+                "status write failed, will retry",
+                level=logging.WARNING,
+                service=key,
+                status=err.status,
+                error=err.reason,
+            )
+            raise
+        metrics.STATUS_WRITES.labels("success").inc()
+        log_event(
+            LOG,
+            "status.loadBalancer.ingress written",
+            service=key,
+            ingress=[entry["ip"] for entry in selection.ingress],
+            reason=selection.reason,
+        )
+        return True
+
+    def _report(self, selection: Selection, *, wrote: bool) -> None:
+        assert selection.ingress is not None
+        if selection.ingress:
+            ips = ", ".join(entry["ip"] for entry in selection.ingress)
+            event = ServiceEvent(NORMAL, "IPsAssigned", "UpdateStatus", f"Assigned IPs: {ips}")
+        else:
+            note = no_eligible_nodes_note(selection)
+            event = ServiceEvent(WARNING, "NoEligibleNodes", "SelectNodes", note)
+        # IPsAssigned only accompanies a write (no burst of Events on every restart);
+        # NoEligibleNodes tells why a Service stays pending even when nothing is written.
+        self._recorder.emit(
+            namespace=selection.namespace,
+            name=selection.name,
+            event=event,
+            record_only=not wrote and event.reason == "IPsAssigned",
+        )
+
+    def _invalid_selector(self, key: str, selection: Selection) -> None:
+        error = selection.error or selection.reason
+        with self._lock:
+            new = self._errors.get(key) != error
+            self._errors[key] = error
+        if new:
+            log_event(LOG, "invalid node selector", level=logging.WARNING, service=key, error=error)
+        self._recorder.emit(
+            namespace=selection.namespace,
+            name=selection.name,
+            event=ServiceEvent(WARNING, "InvalidNodeSelector", "SelectNodes", error),
+        )
+
+    def forget(self, key: str) -> None:
+        """Drop what is remembered about Service ``key`` (``namespace/name``): the last
+        write, the last selector error and the last Event. Called when the Service is
+        reconciled after its deletion and when the cache reports its deletion (on every
+        replica, leading or not: nothing else would ever drop it)."""
+        namespace, _, name = key.partition("/")
+        self._forget(key, namespace, name)
+
+    def reset(self) -> None:
+        """Drop what is remembered about every Service; called when a leadership term
+        starts, so state from an earlier term (another replica wrote and emitted in
+        between) neither skips a write check nor suppresses an Event."""
+        with self._lock:
+            self._written.clear()
+            self._errors.clear()
+        self._recorder.reset()
+
+    def _forget(self, key: str, namespace: str, name: str) -> None:
+        with self._lock:
+            self._written.pop(key, None)
+            self._errors.pop(key, None)
+        self._recorder.forget(namespace, name)

@@ -1,0 +1,78 @@
+"""Which Service keys a watch event enqueues (docs/design.md §5 "Events → keys").
+
+Only what can change a Service's Selection is enqueued ("when in doubt, enqueue"):
+
+- a Service event: that Service (the controller skips the echo of our own status write,
+  :meth:`app.controller.reconciler.Reconciler.is_own_write`);
+- an EndpointSlice event: ``namespace/<kubernetes.io/service-name>`` of the old and new
+  slice, when that Service is managed with ``externalTrafficPolicy: Local`` (nothing else
+  reads endpoints; a Service not yet in the cache is enqueued by its own event);
+- a Node event: nothing when the old and new NodeView are equal (heartbeats touch nothing a
+  view holds); otherwise the managed Services whose selector matches the old or new labels
+  (an unparsable selector is skipped: its Service is never written), and for eTP=Local only
+  those with a ready endpoint on that Node (no other Node can be selected for them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from app.controller.cache import Change, ClusterCache, service_key
+from app.core.nodeipam import LOCAL
+from app.core.selector import SelectorError, parse_cached
+from app.core.views import NodeView, ServiceView
+
+
+def services_for_node_change(
+    *,
+    old: NodeView | None,
+    new: NodeView | None,
+    managed: Iterable[ServiceView],
+    cache: ClusterCache,
+) -> list[str]:
+    """Keys of the managed Services whose Selection a Node change can alter (module doc).
+
+    ``old``/``new`` are the Node before/after (``None``: added/deleted); ``managed`` the
+    Services for which :func:`app.core.nodeipam.is_managed` holds.
+
+    This is event routing, not node selection: the selector is matched against the one
+    changed Node's old and new labels only to decide whether to *enqueue* a Service (a
+    superset is fine, "when in doubt, enqueue"). Which Nodes a Service gets is decided
+    solely by :func:`app.core.nodeipam.select` when the key is reconciled (docs/design.md §1).
+    """
+    if old == new or (old is None and new is None):
+        return []
+    name = new.name if new is not None else old.name  # type: ignore[union-attr]
+    keys = []
+    for service in managed:
+        if service.match_node_labels is not None:
+            try:
+                selector = parse_cached(service.match_node_labels)
+            except SelectorError:
+                continue
+            if not (
+                (old is not None and selector.matches(old.labels))
+                or (new is not None and selector.matches(new.labels))
+            ):
+                continue
+        if service.external_traffic_policy == LOCAL and not any(
+            name in s.ready_node_names
+            for s in cache.endpoint_slices(service.namespace, service.name)
+        ):
+            continue
+        keys.append(service_key(service.namespace, service.name))
+    return keys
+
+
+def services_for_endpoint_slice_changes(
+    *, changes: Iterable[Change], managed: Mapping[str, ServiceView]
+) -> set[str]:
+    """Keys of the managed eTP=Local Services named by the old or new EndpointSlices of
+    ``changes`` (label ``kubernetes.io/service-name``); ``managed`` maps key → Service."""
+    keys = {
+        service_key(view.namespace, view.service_name)
+        for _, old, new in changes
+        for view in (old, new)
+        if view is not None and view.service_name is not None
+    }
+    return {k for k in keys if k in managed and managed[k].external_traffic_policy == LOCAL}

@@ -1,0 +1,296 @@
+"""Read cluster dumps: what ``kubectl get nodes,services,endpointslices -A -o yaml|json`` prints.
+
+Accepted: a ``v1`` ``List`` (or ``NodeList``-style typed list), multi-document YAML, JSON,
+single objects, any mix across several files; ``-`` is standard input. Objects of other
+kinds or API groups (a Knative ``serving.knative.dev/v1`` Service) are skipped.
+
+What counts as **unusable input** (:class:`DumpError`, exit code 2 in
+``node-ipam-lb preview``): a file that cannot be read, text that is neither YAML nor JSON,
+a document or ``items`` entry that is not a Kubernetes object (no ``kind``), a List whose
+``items`` is not a list, and a Node/Service/EndpointSlice that cannot be projected
+(:class:`app.core.views.ViewError`: no ``metadata.name``, a field of the wrong JSON type).
+Garbage *content* is not unusable: a Node address that is not an IP is dropped and
+reported in that Node's verdicts, and a malformed selector annotation is that Service's
+``error``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.core.options import MATCH_NODE_LABELS_ANNOTATION
+from app.core.views import (
+    EndpointSliceView,
+    NodeView,
+    ServiceView,
+    ViewError,
+    endpoint_slice_view,
+    node_view,
+    service_view,
+)
+
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_OBJECTS = 1_000_000
+"""Most Kubernetes objects one ``load_dump`` call reads (a 5,000-node cluster has ~50,000)."""
+_SURROGATE_HINT = re.compile(r"\\u[dD][89a-fA-F]|\\U0000[dD][89a-fA-F]|[\ud800-\udfff]")
+
+
+class _NoAliasLoader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """Safe loader (libyaml's when available) that refuses YAML aliases.
+
+    ``kubectl -o yaml`` never writes anchors or aliases; refusing them keeps loading linear
+    in the input size ("billion laughs": nested aliases expand to 10^9 items). An alias is
+    the second construction of one node, caught before anything is expanded.
+    """
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        if node in self.constructed_objects or node in self.recursive_objects:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                "anchor (&name) used by an alias (*name): YAML anchors and aliases are not"
+                " accepted",
+                node.start_mark,
+            )
+        return super().construct_object(node, deep=deep)
+
+
+# kind -> (Dump attribute, accepted apiVersions; a missing apiVersion is accepted too).
+_KINDS = {
+    "Node": ("nodes", ("v1",)),
+    "Service": ("services", ("v1",)),
+    "EndpointSlice": ("endpoint_slices", ("discovery.k8s.io/v1", "discovery.k8s.io/v1beta1")),
+}
+
+
+class DumpError(ValueError):
+    """Unusable input; ``str(err)`` is one line naming the file and the object."""
+
+
+@dataclass
+class Dump:
+    """Objects read from dumps, as plain dicts, in reading order.
+
+    ``origins`` maps ``id(obj)`` to where it was read (``cluster.yaml: items[3]``), see
+    :meth:`where`; ``skipped`` counts objects of other kinds by kind.
+    """
+
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    services: list[dict[str, Any]] = field(default_factory=list)
+    endpoint_slices: list[dict[str, Any]] = field(default_factory=list)
+    origins: dict[int, str] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def where(self, obj: Mapping[str, Any]) -> str:
+        """Where ``obj`` was read, e.g. ``cluster.yaml: items[3] (Node kind-worker)``."""
+        return self.origins.get(id(obj), "<unknown>")
+
+
+@dataclass
+class DumpViews:
+    """Projected dump: the inputs of :func:`app.core.nodeipam.select`, de-duplicated by
+    kind/namespace/name (a later file wins), nodes sorted by name and Services by
+    namespace/name."""
+
+    nodes: list[NodeView]
+    services: list[ServiceView]
+    endpoint_slices: list[EndpointSliceView]
+
+
+def _read(path: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise DumpError(f"{path}: cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise DumpError(f"{path}: not UTF-8 text: {err.reason} at byte {err.start}") from None
+
+
+def parse_documents(text: str, *, name: str) -> list[Any]:
+    """The documents of a JSON or (multi-document) YAML text, ``None`` for empty ones.
+
+    Text starting with ``{`` or ``[`` is tried as JSON first. YAML is read with libyaml
+    when available, without aliases (see :class:`_NoAliasLoader`); nesting is capped by
+    libyaml (1,000 levels) and by the JSON decoder's recursion limit.
+
+    Raises:
+        DumpError: ``<name>: invalid JSON|YAML: <problem> at line L, column C``; or a
+            string that is not valid Unicode (a lone surrogate such as JSON ``"\\ud800"``,
+            which no UTF-8 input can hold), naming its field.
+    """
+    json_error = None
+    docs: list[Any] | None = None
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            docs = [json.loads(text)]
+        except json.JSONDecodeError as err:
+            json_error = f"{name}: invalid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
+        except RecursionError:
+            raise DumpError(f"{name}: invalid JSON: nested too deeply") from None
+    if docs is None:
+        try:
+            docs = list(yaml.load_all(text, Loader=_NoAliasLoader))
+        except yaml.YAMLError as err:
+            if json_error:
+                raise DumpError(json_error) from None
+            mark = getattr(err, "problem_mark", None)
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise DumpError(f"{name}: invalid YAML: {problem}{at}") from None
+        except RecursionError:
+            raise DumpError(f"{name}: invalid YAML: nested too deeply") from None
+    if _SURROGATE_HINT.search(text):
+        for number, doc in enumerate(docs, start=1):
+            bad = lone_surrogate(doc)
+            if bad is not None:
+                where = f"document {number}: " if len(docs) > 1 else ""
+                raise DumpError(
+                    f"{name}: {where}{bad or '(top level)'}: Invalid value: not valid Unicode"
+                    " (lone UTF-16 surrogate)"
+                )
+    return docs
+
+
+def lone_surrogate(value: object, path: str = "") -> str | None:
+    """The field path (``request.uid``, ``metadata.annotations[a]``) of the first string,
+    key or value, of decoded JSON/YAML ``value`` holding a lone UTF-16 surrogate (JSON
+    ``"\\ud800"``); ``""`` for ``value`` itself; ``None`` when every string is valid
+    Unicode, i.e. encodable as UTF-8 (RFC 8259 §8.2: such strings have unpredictable
+    behaviour, and kube-apiserver never sends them)."""
+    stack: list[tuple[object, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if not _encodable(item):
+                return where
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and not _encodable(key):
+                    return f"{where}[{ascii(key)[1:-1]}]" if where else ascii(key)[1:-1]
+                shown = key if isinstance(key, str) and _FIELD_RE.fullmatch(key) else None
+                child_path = (
+                    (f"{where}.{shown}" if where else shown)
+                    if shown is not None
+                    else f"{where}[{key}]"
+                )
+                stack.append((child, child_path))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+    return None
+
+
+_FIELD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _objects(doc: Any, where: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """Flatten Lists (and JSON arrays) into ``(object, where)`` pairs."""
+    if isinstance(doc, list):
+        for i, item in enumerate(doc):
+            yield from _objects(item, f"{where}[{i}]")
+        return
+    if not isinstance(doc, dict):
+        raise DumpError(f"{where}: not a Kubernetes object (a {type(doc).__name__})")
+    kind = doc.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise DumpError(f"{where}: not a Kubernetes object: kind: Required value")
+    if kind == "List" or (kind.endswith("List") and "items" in doc):
+        items = doc.get("items")
+        if items is None:
+            return
+        if not isinstance(items, list):
+            raise DumpError(f"{where}: items: Invalid value: must be a list")
+        for i, item in enumerate(items):
+            yield from _objects(item, f"{where}: items[{i}]" if where else f"items[{i}]")
+        return
+    yield doc, where
+
+
+def _describe(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str):
+        return str(obj["kind"])
+    shown = f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+    return f"{obj['kind']} {shown}"
+
+
+def load_dump(paths: Sequence[str]) -> Dump:
+    """Read every file of ``paths`` (``"-"`` = standard input) into a :class:`Dump`.
+
+    Raises:
+        DumpError: unusable input (see the module docstring and :func:`parse_documents`),
+            or more than :data:`MAX_OBJECTS` objects; one line naming the file and, where
+            known, the document or ``items`` index and the object.
+    """
+    dump = Dump()
+    read = 0
+    for path in paths:
+        name = "<stdin>" if path == "-" else path
+        docs = [d for d in parse_documents(_read(path), name=name) if d is not None]
+        for number, doc in enumerate(docs, start=1):
+            where = f"{name}: document {number}" if len(docs) > 1 else name
+            for obj, origin in _objects(doc, where):
+                read += 1
+                if read > MAX_OBJECTS:
+                    raise DumpError(f"{origin}: Too many: more than {MAX_OBJECTS} objects")
+                kind = obj["kind"]
+                attr, versions = _KINDS.get(kind, ("", ()))
+                if not attr or obj.get("apiVersion", versions[0]) not in versions:
+                    # e.g. a Pod, or a Knative serving.knative.dev/v1 Service
+                    dump.skipped[kind] = dump.skipped.get(kind, 0) + 1
+                    continue
+                getattr(dump, attr).append(obj)
+                dump.origins[id(obj)] = f"{origin} ({_describe(obj)})"
+    return dump
+
+
+def load_views(
+    paths: Sequence[str], *, match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
+) -> DumpViews:
+    """:func:`load_dump`, then project every object (``app.core.views``).
+
+    Raises:
+        DumpError: unusable input, including a :class:`~app.core.views.ViewError`, prefixed with
+            where the object was read (``cluster.yaml: items[2] (Node n1): metadata...``).
+    """
+    dump = load_dump(paths)
+    try:
+        obj: Mapping[str, Any] = {}
+        nodes = {}
+        for obj in dump.nodes:
+            view = node_view(obj)
+            nodes[view.name] = view
+        services = {}
+        for obj in dump.services:
+            svc = service_view(obj, match_node_labels_annotation=match_node_labels_annotation)
+            services[svc.namespace, svc.name] = svc
+        slices = {}
+        for obj in dump.endpoint_slices:
+            eps = endpoint_slice_view(obj)
+            slices[eps.namespace, eps.name] = eps
+    except ViewError as err:
+        raise DumpError(f"{dump.where(obj)}: {err}") from None
+    return DumpViews(
+        nodes=[nodes[k] for k in sorted(nodes)],
+        services=[services[k] for k in sorted(services)],
+        endpoint_slices=list(slices.values()),
+    )

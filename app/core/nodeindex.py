@@ -1,0 +1,89 @@
+"""The one place a node selector is applied to Nodes (pure; owned by :mod:`app.core.nodeipam`).
+
+docs/design.md §1: there is exactly one implementation of node selection.
+:class:`NodeIndex` is the Node snapshot :func:`app.core.nodeipam.select` works on. It memoises,
+per :class:`~app.core.selector.Selector`, which of its Nodes the selector matches, so that
+10,000 Services sharing a few selectors cost a few passes over 5,000 Nodes, not 10,000
+(the reconciler keeps one index per Node snapshot: ``ClusterCache.node_index``). A plain
+iterable of NodeViews handed to ``select`` (preview, admission) gets a throw-away index, so
+both forms run the same code and give equal Selections.
+"""
+
+from __future__ import annotations
+
+import threading
+from array import array
+from collections.abc import Iterable, Sequence
+
+from app.core.selector import Selector
+from app.core.verdicts import NodeVerdict, new_verdict
+from app.core.views import NodeView
+
+MAX_MEMOISED_INDICES = 4_000_000
+"""Bound on the memo of one index: the matching positions of all memoised selectors
+together (4 bytes each, so at most 16 MB); beyond it the oldest selectors are dropped
+(recomputed on their next use). A selective selector costs a few bytes, so thousands of
+them fit; only selectors matching most of a large cluster compete for room."""
+
+
+class NodeIndex:
+    """An immutable Node snapshot plus a thread-safe memo ``selector → matching positions``.
+
+    ``nodes`` is the snapshot (tuple, in the order given; verdicts follow it). Build one per
+    Node snapshot and share it between threads; never mutate the NodeViews it holds.
+    """
+
+    __slots__ = ("_lock", "_memo", "_memo_size", "_mismatch", "nodes")
+
+    def __init__(self, nodes: Iterable[NodeView]) -> None:
+        self.nodes: tuple[NodeView, ...] = tuple(nodes)
+        self._memo: dict[Selector, array[int]] = {}
+        self._memo_size = 0
+        self._mismatch: tuple[NodeVerdict, ...] | None = None
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def matching(self, selector: Selector | None) -> Sequence[int]:
+        """Positions in :attr:`nodes` of the Nodes ``selector`` matches, ascending
+        (``None``: no selector, every Node); memoised per selector.
+
+        Label matching is apimachinery's ``labels.Selector.Matches``
+        (:meth:`app.core.selector.Selector.matches`); docs/design.md §4.1.
+        """
+        if selector is None:
+            return range(len(self.nodes))
+        with self._lock:
+            hit = self._memo.get(selector)
+        if hit is not None:
+            return hit
+        matches = selector.matches
+        found = array("I", [i for i, node in enumerate(self.nodes) if matches(node.labels)])
+        with self._lock:
+            if selector not in self._memo:
+                self._memo[selector] = found
+                self._memo_size += len(found)
+                while self._memo_size > MAX_MEMOISED_INDICES and len(self._memo) > 1:
+                    self._memo_size -= len(self._memo.pop(next(iter(self._memo))))
+        return found
+
+    def mismatch_verdicts(self) -> tuple[NodeVerdict, ...]:
+        """Every Node's ``SelectorMismatch`` verdict, in :attr:`nodes` order (built once):
+        ``select`` copies it and overwrites the slots of the matching Nodes."""
+        verdicts = self._mismatch
+        if verdicts is None:
+            verdicts = tuple(
+                [
+                    node.verdict_cache.get("SelectorMismatch")
+                    or new_verdict(node, "SelectorMismatch")
+                    for node in self.nodes
+                ]
+            )
+            self._mismatch = verdicts
+        return verdicts
+
+
+def node_index(nodes: Iterable[NodeView] | NodeIndex) -> NodeIndex:
+    """``nodes`` itself when it already is a :class:`NodeIndex`, else a new one over it."""
+    return nodes if isinstance(nodes, NodeIndex) else NodeIndex(nodes)

@@ -1,0 +1,375 @@
+"""Node selection: THE one implementation of docs/design.md §3-§4 (pure).
+
+:func:`is_managed` decides whether a Service is ours (§3); :func:`select` computes its
+ordered ``status.loadBalancer.ingress`` plus a verdict per node and Service-level
+warnings (§4). The reconciler, the preview API, ``node-ipam-lb preview`` and the
+admission warnings all call these two functions and nothing else.
+
+Hot-path notes (target: 5,000 nodes well under 5 ms): addresses are parsed once in
+:func:`app.core.views.node_view`; selectors are parsed once per text (``parse_cached``);
+verdict objects are memoised on each :class:`~app.core.views.NodeView`, so a call creates no
+per-node object beyond a list slot and, for candidates, an index. The selector is applied
+to Nodes in one place, :meth:`app.core.nodeindex.NodeIndex.matching`, memoised per selector and
+Node snapshot when the caller passes a :class:`NodeIndex` (the reconciler does).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.nodeindex import NodeIndex, node_index
+from app.core.options import SelectionSettings
+from app.core.selector import Selector, SelectorError, parse_cached
+from app.core.verdicts import NodeVerdict, VerdictKey, family_names, new_verdict, selection_reason
+from app.core.views import (
+    FAMILY_BIT,
+    IPV4,
+    IPV6,
+    EndpointSliceView,
+    NodeView,
+    ServiceView,
+)
+
+LOAD_BALANCER = "LoadBalancer"
+LOCAL = "Local"
+__all__ = ["LOCAL", "NodeIndex", "NodeVerdict", "Selection", "is_managed", "select"]
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The result of :func:`select` for one Service.
+
+    ``ingress`` is ``None`` when nothing must be written (Service not managed, or its
+    selector annotation is malformed, then ``error`` says why); otherwise the complete,
+    ordered list of ``{"ip": ..., "ipMode": ...}`` entries, possibly empty (``<pending>``).
+    ``recheck_at`` (epoch seconds) is when a NotReady grace period this result depends on
+    runs out (only with ``exclude_not_ready_nodes``).
+    """
+
+    namespace: str
+    name: str
+    managed: bool
+    reason: str
+    ingress: tuple[dict[str, str], ...] | None
+    error: str | None
+    nodes: tuple[NodeVerdict, ...]
+    warnings: tuple[str, ...]
+    recheck_at: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The preview JSON item: ``namespace``, ``name``, ``managed``, ``reason``,
+        ``ingress`` (list or ``None``), ``error``, ``nodes`` (``name``, ``selected``,
+        ``code``, ``reason``), ``warnings``, ``recheckAt``."""
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "managed": self.managed,
+            "reason": self.reason,
+            "ingress": None if self.ingress is None else [dict(e) for e in self.ingress],
+            "error": self.error,
+            "nodes": [
+                {"name": v.name, "selected": v.selected, "code": v.code, "reason": v.reason}
+                for v in self.nodes
+            ],
+            "warnings": list(self.warnings),
+            "recheckAt": self.recheck_at,
+        }
+
+
+def is_managed(service: ServiceView, settings: SelectionSettings) -> tuple[bool, str]:
+    """Whether node-ipam-lb owns ``service`` (docs/design.md §3, Cilium's ``isServiceSupported``).
+
+    Checked in Cilium's order: no ``deletionTimestamp``; ``spec.type`` exactly
+    ``LoadBalancer``; ``spec.loadBalancerClass`` equal to ``settings.load_balancer_class``
+    (case-sensitive; an empty string is a class, not "unset"), or unset while
+    ``default_lb_service_ipam`` is ``nodeipam``. Returns ``(managed, why)``.
+    """
+    if service.deleting:
+        return False, "metadata.deletionTimestamp is set: the Service is being deleted"
+    if service.type != LOAD_BALANCER:
+        shown = "unset (ClusterIP)" if service.type is None else service.type
+        return False, f"spec.type is {shown}, not LoadBalancer"
+    ours = settings.load_balancer_class
+    cls = service.load_balancer_class
+    default = settings.default_lb_service_ipam
+    if cls is None:
+        if default == "nodeipam":
+            return True, "spec.loadBalancerClass is unset and default-lb-service-ipam is nodeipam"
+        owner = "LB-IPAM's" if default == "lbipam" else "nobody's"
+        return False, (
+            f"spec.loadBalancerClass is unset and default-lb-service-ipam is {default}"
+            f" (class-less Services are {owner})"
+        )
+    if cls != ours:
+        return False, f"spec.loadBalancerClass is {json.dumps(cls)}, not {json.dumps(ours)}"
+    return True, f"spec.loadBalancerClass is {json.dumps(ours)}"
+
+
+def _families(service: ServiceView, warnings: list[str]) -> tuple[str, ...]:
+    """Wanted families in ``spec.ipFamilies`` order; defaulted (with a warning) when empty.
+
+    The API server always fills ``ipFamilies`` on create; it is empty only in manifests
+    previewed before ``kubectl apply``. We then assume what a single-stack IPv4 cluster
+    would assign (IPv4, or IPv4 then IPv6 for a dual-stack ``ipFamilyPolicy``).
+    """
+    families = tuple(dict.fromkeys(f for f in service.ip_families if f in FAMILY_BIT))
+    if families:
+        return families
+    dual = service.ip_family_policy in ("PreferDualStack", "RequireDualStack")
+    families = (IPV4, IPV6) if dual else (IPV4,)
+    warnings.append(
+        "spec.ipFamilies is empty (the API server fills it in on create);"
+        f" assuming {', '.join(families)}"
+    )
+    return families
+
+
+def _ready_node_names(
+    service: ServiceView, endpoint_slices: Iterable[EndpointSliceView]
+) -> frozenset[str]:
+    """Nodes hosting a ready endpoint of ``service`` (docs/design.md §4.3, Cilium's eTP=Local)."""
+    names: set[str] = set()
+    for s in endpoint_slices:
+        if s.namespace == service.namespace and s.service_name == service.name:
+            names.update(s.ready_node_names)
+    return frozenset(names)
+
+
+def _not_managed(service: ServiceView, why: str, settings: SelectionSettings) -> Selection:
+    warnings: tuple[str, ...] = ()
+    if service.match_node_labels is not None:
+        warnings = (
+            f"annotation {settings.match_node_labels_annotation} has no effect: the Service is"
+            f" not managed by {settings.load_balancer_class}",
+        )
+    return Selection(service.namespace, service.name, False, why, None, None, (), warnings, None)
+
+
+def _filter_nodes(
+    *,
+    nodes: Sequence[NodeView],
+    matched: Sequence[int],
+    ready_names: frozenset[str] | None,
+    verdicts: list[NodeVerdict | None],
+) -> tuple[list[int], list[NodeView], int]:
+    """docs/design.md §4.2-§4.3: KEP-3458 predicates and eTP=Local endpoints, applied to the
+    ``matched`` positions of ``nodes`` (those the selector matches, §4.1, from
+    :meth:`NodeIndex.matching`).
+
+    Fills the verdict slot of every dropped node; returns the candidates' indices and
+    nodes, and how many matched nodes passed the predicates.
+    """
+    indices: list[int] = []
+    candidates: list[NodeView] = []
+    eligible = 0
+    for i in matched:
+        node = nodes[i]
+        predicate = node.predicate
+        if predicate is not None:
+            verdicts[i] = node.verdict_cache.get(predicate) or new_verdict(node, predicate)
+            continue
+        eligible += 1
+        if ready_names is not None and node.name not in ready_names:
+            verdicts[i] = node.verdict_cache.get("NoReadyEndpoint") or new_verdict(
+                node, "NoReadyEndpoint"
+            )
+            continue
+        indices.append(i)
+        candidates.append(node)
+    return indices, candidates, eligible
+
+
+def _addresses(
+    *,
+    indices: list[int],
+    candidates: list[NodeView],
+    verdicts: list[NodeVerdict | None],
+    wanted: int,
+    fallback: bool,
+) -> tuple[dict[int, str], dict[int, str], int, int]:
+    """docs/design.md §4.4: pick addresses of ``candidates``, fill their verdict slots.
+
+    Returns IPv4 and IPv6 maps ``integer value → canonical text`` (so two spellings of one
+    address collapse), the number of nodes hidden by the global ExternalIP preference and
+    the number of nodes advertised.
+    """
+    use_external = not fallback and any(n.external_families & wanted for n in candidates)
+    v4: dict[int, str] = {}
+    v6: dict[int, str] = {}
+    hidden = selected = 0
+    for idx, node in zip(indices, candidates, strict=True):
+        external = node.external_families & wanted
+        if not (external or node.internal_families & wanted):
+            key: VerdictKey = ("NoAddressOfFamily", wanted)
+        elif use_external and not external:
+            key = "ExternalIPPreferred"
+            hidden += 1
+        else:
+            selected += 1
+            use = external if fallback else use_external
+            key = ("Selected", "ExternalIP" if use else "InternalIP", wanted)
+            for bit, value, ip in node.external_entries if use else node.internal_entries:
+                if bit & wanted:
+                    if bit == 1:
+                        v4[value] = ip
+                    else:
+                        v6[value] = ip
+        verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
+    return v4, v6, hidden, selected
+
+
+def select(
+    *,
+    service: ServiceView,
+    nodes: Iterable[NodeView] | NodeIndex,
+    endpoint_slices: Iterable[EndpointSliceView],
+    settings: SelectionSettings,
+    now: float,
+) -> Selection:
+    """Compute ``service``'s ingress and explain it (docs/design.md §3-§4).
+
+    Args:
+        service: the Service; not managed (§3) gives ``managed=False``, ``ingress=None``.
+        nodes: every Node, as any iterable of NodeViews or as a :class:`NodeIndex` (which
+            memoises the selector match per Node snapshot: the reconciler's form). Both
+            forms give equal Selections; verdicts come back in this order.
+        endpoint_slices: EndpointSlices; only those of the Service's namespace labelled
+            ``kubernetes.io/service-name=<name>`` are read, and only for eTP=Local.
+        settings: the selection settings.
+        now: current time, epoch seconds (only the NotReady grace period reads it).
+
+    Steps: selector annotation (apimachinery ``labels.Parse``; a parse error gives
+    ``error`` and ``ingress=None``, an empty value matches all nodes), KEP-3458 node
+    predicates, eTP=Local endpoint filter, the optional NotReady filter (never empties
+    the list by itself), address choice (global ExternalIP preference, or per node with
+    ``per_node_address_fallback``), canonical text, dedup, order by ``spec.ipFamilies``
+    then numerically, entries ``{"ip", "ipMode"}``. Never raises on content.
+    """
+    managed, why = is_managed(service, settings)
+    if not managed:
+        return _not_managed(service, why, settings)
+    warnings: list[str] = []
+    try:
+        selector = _selector(service, settings, warnings)
+    except SelectorError as err:
+        where = f"metadata.annotations[{settings.match_node_labels_annotation}]"
+        error = f"{where}: Invalid value: {json.dumps(service.match_node_labels)}: {err}"
+        return Selection(
+            service.namespace, service.name, True, "invalid node selector annotation",
+            None, error, (), (), None,
+        )  # fmt: skip
+    families = _families(service, warnings)
+    wanted = FAMILY_BIT[families[0]] | (FAMILY_BIT[families[1]] if len(families) > 1 else 0)
+    local = service.external_traffic_policy == LOCAL
+    index = node_index(nodes)
+    node_list = index.nodes
+    matching = index.matching(selector)
+    # Every slot of a matching Node is overwritten below; the others keep SelectorMismatch.
+    verdicts: list[NodeVerdict | None] = (
+        [None] * len(node_list) if selector is None else list(index.mismatch_verdicts())
+    )
+    matched = len(matching)
+    indices, candidates, eligible = _filter_nodes(
+        nodes=node_list,
+        matched=matching,
+        ready_names=_ready_node_names(service, endpoint_slices) if local else None,
+        verdicts=verdicts,
+    )
+    warnings.extend(
+        f"Node {n.name}: ignored status.addresses that are not IP addresses:"
+        f" {', '.join(n.invalid_addresses)}"
+        for n in candidates
+        if n.invalid_addresses
+    )
+    pool = len(candidates)
+    recheck_at: float | None = None
+    not_ready: list[tuple[int, NodeView]] = []
+    if settings.exclude_not_ready_nodes and candidates:
+        indices, candidates, not_ready, recheck_at = _split_not_ready(
+            indices, candidates, settings=settings, now=now
+        )
+    fallback = settings.per_node_address_fallback
+    v4, v6, hidden, selected = _addresses(
+        indices=indices, candidates=candidates, verdicts=verdicts, wanted=wanted, fallback=fallback
+    )
+    if not_ready and not (v4 or v6):
+        warnings.append(
+            f"every eligible node with an address is NotReady beyond the"
+            f" {settings.not_ready_grace_seconds:g}s grace period; advertising them anyway"
+        )
+        merged = sorted([*zip(indices, candidates, strict=True), *not_ready])
+        v4, v6, hidden, selected = _addresses(
+            indices=[i for i, _ in merged], candidates=[n for _, n in merged],
+            verdicts=verdicts, wanted=wanted, fallback=fallback,
+        )  # fmt: skip
+    else:
+        key = ("NotReady", settings.not_ready_grace_seconds)
+        for idx, node in not_ready:
+            verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
+    if hidden:
+        warnings.append(
+            f"{hidden} eligible node(s) without an ExternalIP of family"
+            f" {family_names(wanted)} are not advertised because other nodes have one"
+            " (option per_node_address_fallback advertises their InternalIP)"
+        )
+    mode = settings.ip_mode
+    ingress: list[dict[str, str]] = []
+    for family in families:
+        table = v4 if family == IPV4 else v6
+        ingress += [{"ip": table[value], "ipMode": mode} for value in sorted(table)]
+    reason = selection_reason(
+        ingress=ingress, counts=(len(node_list), matched, eligible, pool, selected),
+        selector=selector, wanted=wanted, local=local,
+    )  # fmt: skip
+    return Selection(
+        service.namespace, service.name, True, reason, tuple(ingress), None,
+        tuple(verdicts),  # type: ignore[arg-type]  # every slot is filled by now
+        tuple(warnings), recheck_at,
+    )  # fmt: skip
+
+
+def _selector(
+    service: ServiceView, settings: SelectionSettings, warnings: list[str]
+) -> Selector | None:
+    """The parsed selector annotation; ``None`` when absent or empty (matches all nodes).
+
+    Raises:
+        SelectorError: the annotation is not a valid apimachinery label selector.
+    """
+    if service.match_node_labels is None:
+        return None
+    selector = parse_cached(service.match_node_labels)
+    if not selector.empty():
+        return selector
+    warnings.append(
+        f"annotation {settings.match_node_labels_annotation} is empty: every node matches"
+    )
+    return None
+
+
+def _split_not_ready(
+    indices: list[int], candidates: list[NodeView], *, settings: SelectionSettings, now: float
+) -> tuple[list[int], list[NodeView], list[tuple[int, NodeView]], float | None]:
+    """Option ``exclude_not_ready_nodes``: split off nodes whose ``Ready`` condition has not
+    been ``True`` for longer than the grace period (no transition time: treated as long
+    ago). Returns the kept indices and nodes, the dropped ``(index, node)`` pairs and
+    ``recheck_at``, the earliest moment a node still within its grace period would go."""
+    grace = settings.not_ready_grace_seconds
+    kept_indices: list[int] = []
+    kept: list[NodeView] = []
+    not_ready: list[tuple[int, NodeView]] = []
+    recheck_at: float | None = None
+    for idx, node in zip(indices, candidates, strict=True):
+        since = node.ready_since
+        if node.ready is not True:
+            if since is None or now - since > grace:
+                not_ready.append((idx, node))
+                continue
+            deadline = since + grace
+            recheck_at = deadline if recheck_at is None else min(recheck_at, deadline)
+        kept_indices.append(idx)
+        kept.append(node)
+    return kept_indices, kept, not_ready, recheck_at

@@ -1,0 +1,55 @@
+"""The names and the settings the pure selection core reads (docs/design.md §2-§4).
+
+Names are Cilium's (``io.cilium/node``, ``io.cilium.nodeipam/match-node-labels``,
+``default-lb-service-ipam``). :class:`SelectionSettings` is the pure subset of the
+process settings (:class:`app.config.Settings`) that selection and admission read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+LOAD_BALANCER_CLASS = "io.cilium/node"
+MATCH_NODE_LABELS_ANNOTATION = "io.cilium.nodeipam/match-node-labels"
+DEFAULT_LB_SERVICE_IPAM_VALUES = ("lbipam", "nodeipam", "none")
+DefaultLBServiceIPAM = Literal["lbipam", "nodeipam", "none"]
+IPMode = Literal["VIP", "Proxy"]
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionSettings:
+    """The settings the pure selection core reads (docs/design.md §2-§4).
+
+    Raises:
+        ValueError: ``default_lb_service_ipam`` is not one of ``lbipam``, ``nodeipam``,
+            ``none``, or ``ip_mode`` is not ``VIP``/``Proxy``, or the grace period is
+            negative. Cilium accepts any string here and silently handles nothing; we
+            refuse it.
+    """
+
+    load_balancer_class: str = LOAD_BALANCER_CLASS
+    default_lb_service_ipam: str = "lbipam"
+    match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
+    per_node_address_fallback: bool = False
+    exclude_not_ready_nodes: bool = False
+    not_ready_grace_seconds: float = 60.0
+    ip_mode: str = "VIP"
+
+    def __post_init__(self) -> None:
+        if self.default_lb_service_ipam not in DEFAULT_LB_SERVICE_IPAM_VALUES:
+            raise ValueError(
+                f"default-lb-service-ipam: Unsupported value: {self.default_lb_service_ipam!r}:"
+                f" supported values: {', '.join(DEFAULT_LB_SERVICE_IPAM_VALUES)}"
+            )
+        if self.ip_mode not in ("VIP", "Proxy"):
+            raise ValueError(
+                f"ip-mode: Unsupported value: {self.ip_mode!r}: supported values: VIP, Proxy"
+            )
+        if self.not_ready_grace_seconds < 0:
+            raise ValueError(
+                f"not-ready-grace-seconds: Invalid value: {self.not_ready_grace_seconds}:"
+                " must be greater than or equal to 0"
+            )
+        if not self.load_balancer_class:
+            raise ValueError("load-balancer-class: Required value: must not be empty")

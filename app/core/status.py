@@ -1,0 +1,49 @@
+"""Compare a desired ``status.loadBalancer.ingress`` with the stored one (pure).
+
+The reconciler PATCHes status only when :func:`ingress_differs` says so (docs/design.md §5),
+so this comparison is what keeps it from writing on every event or looping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_Entry = tuple[Any, Any, Any, tuple[tuple[Any, Any, Any], ...]]
+
+
+def _normalise(entry: Mapping[str, Any]) -> _Entry:
+    ip = entry.get("ip") or None
+    mode = entry.get("ipMode") or ("VIP" if ip else None)
+    ports = tuple(
+        (p.get("port"), p.get("protocol"), p.get("error"))
+        for p in (entry.get("ports") or ())
+        if isinstance(p, Mapping)
+    )
+    return ip, entry.get("hostname") or None, mode, ports
+
+
+def ingress_differs(
+    desired: Sequence[Mapping[str, Any]], stored: Sequence[Mapping[str, Any]] | None
+) -> bool:
+    """True when writing ``desired`` would change the stored ingress list.
+
+    Both are lists of ``status.loadBalancer.ingress`` entries (``ip``, ``hostname``,
+    ``ipMode``, ``ports``). Compared as **ordered** lists of ``(ip, hostname, ipMode,
+    ports)``: we always write one canonical order, so a different order means someone
+    else wrote it and it must be rewritten. Normalisation, so that a value we wrote reads
+    back equal (no write loops):
+
+    - an entry with an ``ip`` and no ``ipMode`` counts as ``ipMode: VIP``: the API server
+      defaults it so on LoadBalancer Services (KEP-1860);
+    - absent, ``null`` and empty ``hostname``/``ip``/``ports`` are the same; ``ports``
+      entries compare as ``(port, protocol, error)`` in order;
+    - ``stored=None`` (no ``ingress`` field: the API omits an empty list) equals ``[]``.
+    """
+    stored_entries = stored or ()
+    if len(desired) != len(stored_entries):
+        return True
+    return any(
+        _normalise(want) != _normalise(have)
+        for want, have in zip(desired, stored_entries, strict=True)
+    )

@@ -1,0 +1,103 @@
+"""Per-node verdicts and the sentences that explain a selection (pure).
+
+Verdict objects are memoised on each :class:`~app.core.views.NodeView` (``verdict_cache``) by a
+key: a code, or a tuple led by the code and what the sentence depends on. A 5,000-node
+:func:`app.core.nodeipam.select` call therefore allocates no verdict after the first call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.views import AUTOSCALER_TAINT, EXCLUDE_FROM_LB_LABEL, FAMILY_BIT, NodeView
+
+VerdictKey = str | tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVerdict:
+    """Why one node is or is not in a Service's ingress.
+
+    ``code`` is one of ``Selected``, ``SelectorMismatch``, ``Deleting``,
+    ``ExcludedByLabel``, ``AutoscalerTaint``, ``NoReadyEndpoint``, ``NotReady``,
+    ``NoAddressOfFamily``, ``ExternalIPPreferred``; ``reason`` is a sentence for humans.
+    """
+
+    name: str
+    selected: bool
+    code: str
+    reason: str
+
+
+_STATIC_REASONS = {
+    "SelectorMismatch": "labels do not match the node selector",
+    "Deleting": "being deleted (metadata.deletionTimestamp is set)",
+    "ExcludedByLabel": f"has label {EXCLUDE_FROM_LB_LABEL} (excludes whatever its value)",
+    "AutoscalerTaint": f"has taint {AUTOSCALER_TAINT} (the cluster autoscaler is removing it)",
+    "NoReadyEndpoint": (
+        "externalTrafficPolicy is Local and no ready endpoint of the Service is on this node"
+    ),
+    "ExternalIPPreferred": (
+        "has no ExternalIP of a wanted family while other nodes have one: only ExternalIPs"
+        " are advertised (option per_node_address_fallback changes this)"
+    ),
+}
+
+
+def family_names(mask: int) -> str:
+    """``"IPv4"``, ``"IPv6"`` or ``"IPv4 or IPv6"`` for a family bit mask (IPv4=1, IPv6=2)."""
+    return " or ".join(f for f, bit in FAMILY_BIT.items() if mask & bit)
+
+
+def new_verdict(node: NodeView, key: VerdictKey) -> NodeVerdict:
+    """Build and memoise ``node``'s verdict for ``key`` (a code, or a tuple led by one)."""
+    code: str
+    arg: tuple[Any, ...]
+    code, arg = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+    invalid = (
+        f"; ignored addresses that are not IPs: {', '.join(node.invalid_addresses)}"
+        if node.invalid_addresses
+        else ""
+    )
+    if code == "Selected":
+        kind, mask = arg
+        entries = node.external_entries if kind == "ExternalIP" else node.internal_entries
+        ips = [ip for bit, _, ip in entries if bit & mask]
+        reason = f"advertised: {kind} {', '.join(ips)}{invalid}"
+    elif code == "NotReady":
+        reason = f"Ready condition not True for longer than the {arg[0]:g}s grace period"
+    elif code == "NoAddressOfFamily":
+        reason = f"no ExternalIP or InternalIP of family {family_names(arg[0])}{invalid}"
+    else:
+        reason = _STATIC_REASONS[code]
+    verdict = NodeVerdict(name=node.name, selected=code == "Selected", code=code, reason=reason)
+    node.verdict_cache[key] = verdict
+    return verdict
+
+
+def selection_reason(
+    *,
+    ingress: list[dict[str, str]],
+    counts: tuple[int, int, int, int, int],
+    selector: object,
+    wanted: int,
+    local: bool,
+) -> str:
+    """The ``Selection.reason`` of a managed Service: what was advertised, or the first
+    step that emptied the list. ``counts`` is ``(nodes, matched the selector, passed the
+    predicates, passed eTP=Local, advertised)``."""
+    total, matched, eligible, candidates, selected = counts
+    if ingress:
+        return f"{len(ingress)} address(es) from {selected} of {total} node(s)"
+    if total == 0:
+        return "no Nodes in the cluster"
+    if matched == 0:
+        return f"no Node matches the node selector {selector}"
+    if eligible == 0:
+        return (
+            "every matching Node is excluded (being deleted, exclusion label or autoscaler taint)"
+        )
+    if local and candidates == 0:
+        return "externalTrafficPolicy is Local and no eligible Node has a ready endpoint"
+    return f"no eligible Node has an ExternalIP or InternalIP of family {family_names(wanted)}"

@@ -1,0 +1,355 @@
+"""Slim, immutable projections of Nodes, Services and EndpointSlices (pure).
+
+Each ``*_view`` function takes the Kubernetes JSON dict (camelCase, as the API server or
+``kubectl get -o json|yaml`` gives it) and keeps only what node selection (docs/design.md §3-§4)
+reads. Views are built once per watch event, so everything expensive (IP parsing,
+predicate evaluation) happens here and not in :func:`app.core.nodeipam.select`.
+
+Garbage *content* never raises: an address that is not an IP is recorded in
+``NodeView.invalid_addresses`` and dropped. :class:`ViewError` is raised only when the
+object is structurally unusable (not a mapping, no ``metadata.name``, a field of the
+wrong JSON type), and its message names the field.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from app.core.options import MATCH_NODE_LABELS_ANNOTATION
+
+EXCLUDE_FROM_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+AUTOSCALER_TAINT = "ToBeDeletedByClusterAutoscaler"
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+ADDRESS_TYPES = ("ExternalIP", "InternalIP")
+IPV4 = "IPv4"
+IPV6 = "IPv6"
+FAMILY_BIT = {IPV4: 1, IPV6: 2}
+
+
+class ViewError(ValueError):
+    """The object cannot be projected; ``str(err)`` names the field and the reason."""
+
+
+def canonical_ip(text: str) -> tuple[str, str, int] | None:
+    """Parse one address string the way Cilium's Go code accepts it.
+
+    Returns ``(canonical text, family, integer value)`` or ``None`` when ``text`` is not an
+    IP address. Rules (docs/design.md §4.4-§4.5): IPv6 is written in RFC 5952 form
+    (``2001:0000::1`` → ``2001::1``); IPv4-mapped IPv6 (``::ffff:192.0.2.1``) counts as
+    IPv4 and is written as plain IPv4, as Go's ``net.IP.To4`` does; a zone
+    (``fe80::1%eth0``) is rejected because Go's ``net.ParseIP`` rejects it.
+    """
+    if "%" in text:
+        return None
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address):
+        mapped = addr.ipv4_mapped
+        if mapped is None:
+            return str(addr), IPV6, int(addr)
+        addr = mapped
+    return str(addr), IPV4, int(addr)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    """One usable node address; ``value`` (the integer form) is derived for numeric order."""
+
+    type: str  # "ExternalIP" | "InternalIP"
+    ip: str  # canonical text
+    family: str  # "IPv4" | "IPv6"
+    value: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        parsed = canonical_ip(self.ip)
+        object.__setattr__(self, "value", parsed[2] if parsed else 0)
+
+
+def _mask(entries: tuple[tuple[int, int, str], ...]) -> int:
+    mask = 0
+    for bit, _, _ in entries:
+        mask |= bit
+    return mask
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What selection reads from a Node (docs/design.md §4.2, §4.4).
+
+    Derived fields (not init arguments): ``predicate`` is the first KEP-3458 predicate
+    that drops the node (``"Deleting"``, ``"ExcludedByLabel"``, ``"AutoscalerTaint"``) or
+    ``None``; ``external_families`` / ``internal_families`` are bit masks (IPv4=1, IPv6=2)
+    of the families the node has ExternalIPs / InternalIPs of, and ``external_entries`` /
+    ``internal_entries`` those addresses as ``(family bit, integer value, text)``, in API
+    order, each address once (two spellings of one address collapse). ``verdict_cache`` memoises
+    the node's :class:`app.core.nodeipam.NodeVerdict` objects, so 5,000-node selections
+    allocate nothing per node.
+    """
+
+    name: str
+    labels: Mapping[str, str]
+    deleting: bool
+    taint_keys: frozenset[str]
+    addresses: tuple[NodeAddress, ...]
+    invalid_addresses: tuple[str, ...]
+    ready: bool | None
+    ready_since: float | None
+    predicate: str | None = field(init=False, compare=False, repr=False)
+    external_families: int = field(init=False, compare=False, repr=False)
+    internal_families: int = field(init=False, compare=False, repr=False)
+    external_entries: tuple[tuple[int, int, str], ...] = field(
+        init=False, compare=False, repr=False
+    )
+    internal_entries: tuple[tuple[int, int, str], ...] = field(
+        init=False, compare=False, repr=False
+    )
+    verdict_cache: dict[Hashable, Any] = field(
+        init=False, compare=False, repr=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        predicate = None
+        if self.deleting:
+            predicate = "Deleting"
+        elif EXCLUDE_FROM_LB_LABEL in self.labels:
+            predicate = "ExcludedByLabel"
+        elif AUTOSCALER_TAINT in self.taint_keys:
+            predicate = "AutoscalerTaint"
+        external = _entries(self.addresses, "ExternalIP")
+        internal = _entries(self.addresses, "InternalIP")
+        object.__setattr__(self, "predicate", predicate)
+        object.__setattr__(self, "external_entries", external)
+        object.__setattr__(self, "internal_entries", internal)
+        object.__setattr__(self, "external_families", _mask(external))
+        object.__setattr__(self, "internal_families", _mask(internal))
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceView:
+    """What selection reads from a Service (docs/design.md §3-§4)."""
+
+    namespace: str
+    name: str
+    type: str | None
+    load_balancer_class: str | None
+    deleting: bool
+    match_node_labels: str | None
+    external_traffic_policy: str | None
+    ip_families: tuple[str, ...]
+    ingress: tuple[Mapping[str, Any], ...] | None
+    resource_version: str | None
+    ip_family_policy: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSliceView:
+    """What eTP=Local selection reads from an EndpointSlice (docs/design.md §4.3)."""
+
+    namespace: str
+    name: str
+    service_name: str | None
+    ready_node_names: frozenset[str]
+
+
+def _mapping(obj: Any, where: str) -> Mapping[str, Any]:
+    if obj is None:
+        return {}
+    if not isinstance(obj, Mapping):
+        raise ViewError(f"{where}: Invalid value: must be an object, not {type(obj).__name__}")
+    return obj
+
+
+def _list(obj: Any, where: str) -> list[Any]:
+    if obj is None:
+        return []
+    if not isinstance(obj, list):
+        raise ViewError(f"{where}: Invalid value: must be a list, not {type(obj).__name__}")
+    return obj
+
+
+def _opt_str(obj: Any, where: str) -> str | None:
+    if obj is None or isinstance(obj, str):
+        return obj
+    raise ViewError(f"{where}: Invalid value: {obj!r}: must be a string")
+
+
+def _string_map(obj: Any, where: str) -> dict[str, str]:
+    raw = _mapping(obj, where)
+    for key, value in raw.items():
+        if not isinstance(value, str):
+            raise ViewError(f"{where}[{key}]: Invalid value: {value!r}: must be a string")
+    return dict(raw)
+
+
+def _metadata(obj: Any, *, namespaced: bool) -> tuple[Mapping[str, Any], str, str]:
+    if not isinstance(obj, Mapping):
+        raise ViewError(f"object: Invalid value: must be an object, not {type(obj).__name__}")
+    meta = _mapping(obj.get("metadata"), "metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ViewError("metadata.name: Required value")
+    namespace = meta.get("namespace") or ("default" if namespaced else "")
+    if not isinstance(namespace, str):
+        raise ViewError(f"metadata.namespace: Invalid value: {namespace!r}: must be a string")
+    return meta, name, namespace
+
+
+def _epoch(value: Any) -> float | None:
+    """RFC 3339 timestamp (string, or a datetime from an unquoted YAML scalar) → epoch s."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _entries(addresses: tuple[NodeAddress, ...], kind: str) -> tuple[tuple[int, int, str], ...]:
+    """``(family bit, integer value, text)`` of the ``kind`` addresses, in API order, each
+    address once: ``::ffff:10.0.0.9`` and ``10.0.0.9`` are one address (canonical text)."""
+    entries: dict[tuple[int, int], str] = {}
+    for a in addresses:
+        if a.type == kind:
+            entries.setdefault((FAMILY_BIT[a.family], a.value), a.ip)
+    return tuple((bit, value, ip) for (bit, value), ip in entries.items())
+
+
+def _addresses(raw: list[Any]) -> tuple[tuple[NodeAddress, ...], tuple[str, ...]]:
+    good: list[NodeAddress] = []
+    bad: list[str] = []
+    for entry in raw:
+        if not isinstance(entry, Mapping):
+            bad.append(repr(entry))
+            continue
+        if entry.get("type") not in ADDRESS_TYPES:
+            continue
+        text = entry.get("address")
+        parsed = canonical_ip(text) if isinstance(text, str) else None
+        if parsed is None:
+            bad.append(text if isinstance(text, str) else repr(text))
+            continue
+        good.append(NodeAddress(type=entry["type"], ip=parsed[0], family=parsed[1]))
+    return tuple(good), tuple(bad)
+
+
+def _ready(conditions: list[Any]) -> tuple[bool | None, float | None]:
+    for cond in conditions:
+        if isinstance(cond, Mapping) and cond.get("type") == "Ready":
+            status = cond.get("status")
+            # An unquoted YAML True/False arrives as a bool; the API always sends a string.
+            ready = (
+                True if status in ("True", True) else False if status in ("False", False) else None
+            )
+            return ready, _epoch(cond.get("lastTransitionTime"))
+    return None, None
+
+
+def node_view(obj: Mapping[str, Any]) -> NodeView:
+    """Project a ``v1`` Node.
+
+    Keeps ``ExternalIP``/``InternalIP`` addresses that parse (see :func:`canonical_ip`),
+    in API order; the raw text of those that do not is kept in ``invalid_addresses``.
+    ``ready`` is the ``Ready`` condition (``None`` when absent or ``Unknown``) and
+    ``ready_since`` its ``lastTransitionTime`` in epoch seconds.
+
+    Raises:
+        ViewError: not a mapping, no ``metadata.name``, or a field of the wrong JSON type
+            (e.g. ``status.addresses`` not a list, a label value not a string).
+    """
+    meta, name, _ = _metadata(obj, namespaced=False)
+    spec = _mapping(obj.get("spec"), "spec")
+    status = _mapping(obj.get("status"), "status")
+    taints = _list(spec.get("taints"), "spec.taints")
+    addresses, invalid = _addresses(_list(status.get("addresses"), "status.addresses"))
+    ready, ready_since = _ready(_list(status.get("conditions"), "status.conditions"))
+    return NodeView(
+        name=name,
+        labels=_string_map(meta.get("labels"), "metadata.labels"),
+        deleting=meta.get("deletionTimestamp") is not None,
+        taint_keys=frozenset(
+            t["key"] for t in taints if isinstance(t, Mapping) and isinstance(t.get("key"), str)
+        ),
+        addresses=addresses,
+        invalid_addresses=invalid,
+        ready=ready,
+        ready_since=ready_since,
+    )
+
+
+def service_view(
+    obj: Mapping[str, Any], *, match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
+) -> ServiceView:
+    """Project a ``v1`` Service (a missing ``metadata.namespace`` means ``default``).
+
+    ``match_node_labels`` is the annotation's value, ``None`` when the key is absent (an
+    empty string is a present, match-everything selector). ``ingress`` is
+    ``status.loadBalancer.ingress`` as stored (``None`` when absent).
+
+    Raises:
+        ViewError: not a mapping, no ``metadata.name``, or a read field of the wrong type.
+    """
+    meta, name, namespace = _metadata(obj, namespaced=True)
+    spec = _mapping(obj.get("spec"), "spec")
+    status = _mapping(obj.get("status"), "status")
+    annotations = _mapping(meta.get("annotations"), "metadata.annotations")
+    where = f"metadata.annotations[{match_node_labels_annotation}]"
+    families = _list(spec.get("ipFamilies"), "spec.ipFamilies")
+    ingress = _mapping(status.get("loadBalancer"), "status.loadBalancer").get("ingress")
+    ingress_list = _list(ingress, "status.loadBalancer.ingress")
+    version = meta.get("resourceVersion")
+    return ServiceView(
+        namespace=namespace,
+        name=name,
+        type=_opt_str(spec.get("type"), "spec.type"),
+        load_balancer_class=_opt_str(spec.get("loadBalancerClass"), "spec.loadBalancerClass"),
+        deleting=meta.get("deletionTimestamp") is not None,
+        match_node_labels=_opt_str(annotations.get(match_node_labels_annotation), where),
+        external_traffic_policy=_opt_str(
+            spec.get("externalTrafficPolicy"), "spec.externalTrafficPolicy"
+        ),
+        ip_families=tuple(f for f in families if isinstance(f, str)),
+        ingress=None
+        if ingress is None
+        else tuple(e for e in ingress_list if isinstance(e, Mapping)),
+        resource_version=str(version) if version is not None else None,
+        ip_family_policy=_opt_str(spec.get("ipFamilyPolicy"), "spec.ipFamilyPolicy"),
+    )
+
+
+def endpoint_slice_view(obj: Mapping[str, Any]) -> EndpointSliceView:
+    """Project a ``discovery.k8s.io/v1`` EndpointSlice.
+
+    ``ready_node_names`` holds the ``nodeName`` of every endpoint whose
+    ``conditions.ready`` is not ``false`` (absent means ready, KEP-1672) and that has a
+    ``nodeName``: the rule of Cilium's eTP=Local filter (docs/design.md §4.3).
+
+    Raises:
+        ViewError: not a mapping, no ``metadata.name``, or ``endpoints`` not a list.
+    """
+    meta, name, namespace = _metadata(obj, namespaced=True)
+    labels = _mapping(meta.get("labels"), "metadata.labels")
+    service_name = labels.get(SERVICE_NAME_LABEL)
+    ready: set[str] = set()
+    for endpoint in _list(obj.get("endpoints"), "endpoints"):
+        if not isinstance(endpoint, Mapping):
+            continue
+        conditions = endpoint.get("conditions")
+        if isinstance(conditions, Mapping) and conditions.get("ready") is False:
+            continue
+        node_name = endpoint.get("nodeName")
+        if isinstance(node_name, str) and node_name:
+            ready.add(node_name)
+    return EndpointSliceView(
+        namespace=namespace,
+        name=name,
+        service_name=service_name if isinstance(service_name, str) else None,
+        ready_node_names=frozenset(ready),
+    )

@@ -1,0 +1,1 @@
+"""Logs and Prometheus metrics, shared by the controller and the web layer."""

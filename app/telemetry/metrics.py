@@ -1,0 +1,102 @@
+"""The one Prometheus registry of the process and the reconciler's metrics (docs/design.md §5).
+
+Names follow controller-runtime and client-go workqueue metrics so existing dashboards
+work (reference: docs/reference/kubernetes-conventions.md §8). The web layer adds its
+webhook metrics to :data:`REGISTRY` and serves it on ``/metrics``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+"""Registry served on ``/metrics``; register every metric of the process here."""
+
+CONTROLLER = "service-nodeipam"
+"""Value of the ``controller`` label (controller-runtime labels metrics by controller name)."""
+
+RECONCILE_TOTAL = Counter(
+    "controller_runtime_reconcile",
+    "Total number of reconciliations per controller and result (success, error, requeue_after).",
+    ["controller", "result"],
+    registry=REGISTRY,
+)
+RECONCILE_ERRORS = Counter(
+    "controller_runtime_reconcile_errors",
+    "Total number of reconciliation errors per controller.",
+    ["controller"],
+    registry=REGISTRY,
+)
+RECONCILE_TIME = Histogram(
+    "controller_runtime_reconcile_time_seconds",
+    "Length of time per reconciliation per controller, in seconds.",
+    ["controller"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
+WORKQUEUE_DEPTH = Gauge(
+    "workqueue_depth", "Current depth of the workqueue.", ["name"], registry=REGISTRY
+)
+WORKQUEUE_ADDS = Counter(
+    "workqueue_adds", "Total number of adds handled by the workqueue.", ["name"], registry=REGISTRY
+)
+WORKQUEUE_RETRIES = Counter(
+    "workqueue_retries",
+    "Total number of retries (rate-limited re-adds) handled by the workqueue.",
+    ["name"],
+    registry=REGISTRY,
+)
+LEADER_STATUS = Gauge(
+    "leader_election_master_status",
+    "1 while this replica holds the leader Lease, else 0.",
+    ["name"],
+    registry=REGISTRY,
+)
+MANAGED_SERVICES = Gauge(
+    "node_ipam_lb_managed_services",
+    "Number of Services in the cache this controller manages (docs/design.md §3).",
+    registry=REGISTRY,
+)
+STATUS_WRITES = Counter(
+    "node_ipam_lb_status_writes",
+    "PATCH requests on services/status, by result (success, conflict, error, not_found).",
+    ["result"],
+    registry=REGISTRY,
+)
+EVENTS_EMITTED = Counter(
+    "node_ipam_lb_events",
+    "Events created on Services, by reason and result (success, error).",
+    ["reason", "result"],
+    registry=REGISTRY,
+)
+CERTIFICATE_EXPIRY = Gauge(
+    "node_ipam_lb_serving_certificate_expiry_timestamp_seconds",
+    "notAfter of the serving certificate this replica serves, in Unix seconds.",
+    registry=REGISTRY,
+)
+CERTIFICATE_WRITES = Counter(
+    "node_ipam_lb_certificate_writes",
+    "Writes of self-managed certificates, by action (create, renew, reissue, rotate,"
+    " replace, cabundle) and result (success, error).",
+    ["action", "result"],
+    registry=REGISTRY,
+)
+WEBHOOK_REQUESTS = Counter(
+    "controller_runtime_webhook_requests",
+    "Admission requests by webhook path and verdict (allowed, patched, denied, invalid).",
+    ["webhook", "verdict"],
+    registry=REGISTRY,
+)
+WEBHOOK_LATENCY = Histogram(
+    "controller_runtime_webhook_latency_seconds",
+    "Time to answer an admission request, by webhook path and verdict, in seconds.",
+    ["webhook", "verdict"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+    registry=REGISTRY,
+)
+
+
+def observe_webhook(*, path: str, verdict: str, seconds: float) -> None:
+    """Count one admission request on ``path`` with ``verdict`` that took ``seconds``."""
+    WEBHOOK_REQUESTS.labels(path, verdict).inc()
+    WEBHOOK_LATENCY.labels(path, verdict).observe(seconds)

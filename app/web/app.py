@@ -1,0 +1,111 @@
+"""The FastAPI application factory (docs/design.md §1: admission, preview, health, metrics)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from app.config import Settings
+from app.telemetry.logs import log_event
+from app.web.auth import AllowAll, Authorizer
+from app.web.routes import admission, health, preview
+from app.web.routes.deps import AppState, BackgroundLike, CacheLike, ControllerLike
+
+log = logging.getLogger("node_ipam_lb.main")
+
+
+def create_app(
+    settings: Settings,
+    *,
+    controller: ControllerLike | None = None,
+    cache: CacheLike | None = None,
+    authorizer: Authorizer | None = None,
+    clock: Callable[[], float] = time.time,
+    background: Sequence[BackgroundLike] = (),
+) -> FastAPI:
+    """Build the app.
+
+    Args:
+        settings: validated process settings; ``settings.webhook`` False leaves out
+            ``/validate`` and ``/mutate``.
+        controller: started in the lifespan and stopped (Lease released) on shutdown;
+            its ``cache`` feeds admission warnings and preview.
+        cache: the cluster cache when there is no controller (tests); defaults to
+            ``controller.cache``.
+        authorizer: access check for preview and ``/metrics``; default open
+            (:class:`app.web.auth.AllowAll`, ``--auth none``), which ``settings.auth ==
+            "kubernetes"`` does not allow.
+        clock: wall clock, epoch seconds (``now`` of the selection).
+        background: tasks already running (the certificate sync), checked by
+            ``/healthz`` and stopped on shutdown.
+
+    Raises:
+        ValueError: the settings do not make valid :class:`SelectionSettings`, or
+            ``settings.auth`` is ``kubernetes`` and no ``authorizer`` is given (the
+            endpoints would silently be open).
+    """
+    if authorizer is None and settings.auth == "kubernetes":
+        raise ValueError("auth: Required value: --auth kubernetes needs an authorizer")
+    state = AppState(
+        settings=settings,
+        selection=settings.selection(),
+        controller=controller,
+        cache=cache if cache is not None else (controller.cache if controller else None),
+        authorizer=authorizer if authorizer is not None else AllowAll(),
+        clock=clock,
+        background=tuple(background),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if controller is not None:
+            controller.start()
+        try:
+            yield
+        finally:
+            if controller is not None:
+                log.info("stopping the controller (releasing the leader Lease)")
+                await run_in_threadpool(controller.stop)
+            for task in background:
+                await run_in_threadpool(task.stop)
+
+    app = FastAPI(
+        title="node-ipam-lb",
+        summary="Node addresses as LoadBalancer ingress (io.cilium/node)",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.node_ipam = state
+    app.add_exception_handler(Exception, _internal_error)
+    app.include_router(health.router)
+    if settings.webhook:
+        app.include_router(admission.router)
+    app.include_router(preview.router)
+    return app
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """Last resort for an exception no route turned into a 4xx: a ``metav1.Status``-like
+    JSON 500 with a reason, logged (uvicorn logs the traceback), never a bare text 500."""
+    reason = f"internal error: {exc!r:.200}"
+    log_event(
+        log, "request failed", level=logging.ERROR, path=request.url.path, status=500, reason=reason
+    )
+    return JSONResponse(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "reason": "InternalError",
+            "code": 500,
+            "message": reason,
+            "detail": reason,
+        },
+        status_code=500,
+    )

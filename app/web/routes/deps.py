@@ -1,0 +1,143 @@
+"""Shared state and dependencies of the routers (injected with ``Depends``/``Annotated``).
+
+The routers see the controller and its cache through the small protocols below, so
+tests can hand in in-memory stand-ins (fakes over mocks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Protocol
+
+from fastapi import Depends, HTTPException, Request
+
+from app.config import Settings
+from app.core.nodeindex import NodeIndex
+from app.core.options import SelectionSettings
+from app.core.selection_memo import SelectionMemo
+from app.core.views import EndpointSliceView, NodeView, ServiceView
+from app.web.auth import AccessError, Authorizer
+
+MAX_BODY_BYTES = 7 * 1024 * 1024
+"""controller-runtime's webhook body cap; kube-apiserver never sends more (etcd limit 1.5 MiB)."""
+BODY_READ_SECONDS = 10.0
+"""kube-apiserver's default webhook ``timeoutSeconds``: a body slower than this is abandoned."""
+
+
+class CacheLike(Protocol):
+    """What the routers read from :class:`app.controller.cache.ClusterCache`."""
+
+    @property
+    def synced(self) -> bool: ...
+    def nodes(self) -> list[NodeView]: ...
+    def node_index(self) -> NodeIndex: ...
+    def service(self, namespace: str, name: str) -> ServiceView | None: ...
+    def endpoint_slices(self, namespace: str, service_name: str) -> list[EndpointSliceView]: ...
+
+
+class ControllerLike(Protocol):
+    """What the app drives of :class:`app.controller.manager.Controller`."""
+
+    @property
+    def cache(self) -> CacheLike: ...
+    def start(self) -> None: ...
+    def stop(self, timeout: float = 10.0) -> None: ...
+    def ready(self) -> bool: ...
+    def healthy(self) -> tuple[bool, str]: ...
+    def is_leader(self) -> bool: ...
+
+
+class BackgroundLike(Protocol):
+    """A background task the app checks in ``/healthz`` and stops on shutdown
+    (:class:`app.web.certsync.CertSync`)."""
+
+    def healthy(self) -> tuple[bool, str]: ...
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AppState:
+    """Everything a request handler needs; stored on ``app.state.node_ipam``.
+
+    ``clock`` is the wall clock (epoch seconds) passed to the selection as ``now``;
+    ``admission_memo`` keeps the validating webhook's cluster-state warnings by the inputs
+    of ``select`` across requests (:mod:`app.core.selection_memo`); ``background`` are the
+    tasks besides the controller that ``/healthz`` checks.
+    """
+
+    settings: Settings
+    selection: SelectionSettings
+    controller: ControllerLike | None
+    cache: CacheLike | None
+    authorizer: Authorizer
+    clock: Callable[[], float]
+    admission_memo: SelectionMemo[tuple[str, ...]] = field(default_factory=SelectionMemo)
+    background: tuple[BackgroundLike, ...] = ()
+
+
+async def get_state(request: Request) -> AppState:
+    """The :class:`AppState` of the running app (``async``: FastAPI would run a plain
+    ``def`` dependency in the thread pool, a thread hop per request for an attribute read)."""
+    state: AppState = request.app.state.node_ipam
+    return state
+
+
+State = Annotated[AppState, Depends(get_state)]
+
+
+def require_access(request: Request, state: State) -> None:
+    """Bearer-token check for preview and ``/metrics`` (runs in the thread pool).
+
+    Raises:
+        HTTPException: 401/403 (or 503 when access cannot be reviewed now).
+    """
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    bearer = token.strip() if scheme.lower() == "bearer" else None
+    try:
+        state.authorizer.check(token=bearer, verb=request.method.lower(), path=request.url.path)
+    except AccessError as err:
+        headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
+        raise HTTPException(status_code=err.status, detail=err.reason, headers=headers) from err
+
+
+Protected = Depends(require_access)
+
+
+class BodyError(ValueError):
+    """The request body cannot be read; ``str(err)`` is the reason (HTTP 400)."""
+
+
+class BodyTooLarge(BodyError):
+    """The request body exceeds the route's limit (HTTP 413 where the route says so)."""
+
+
+async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES) -> bytes:
+    """Read the body, refusing more than ``limit`` bytes or a sender slower than 10 s.
+
+    Raises:
+        BodyTooLarge: too large (by ``Content-Length`` or by count).
+        BodyError: too slow.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise BodyTooLarge(f"body: Too long: Content-Length {declared} exceeds {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(BODY_READ_SECONDS):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(f"body: Too long: more than {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError as err:
+        raise BodyError(f"body: not received within {BODY_READ_SECONDS:g} s") from err
+    return b"".join(chunks)
+
+
+def media_type(request: Request) -> str:
+    """The request's media type, lower-cased, without parameters (``application/json``)."""
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()

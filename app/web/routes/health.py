@@ -1,0 +1,40 @@
+"""``/healthz``, ``/readyz`` (no token) and ``/metrics`` (protected like controller-runtime's)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.telemetry import metrics
+from app.web.routes.deps import Protected, State
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_class=PlainTextResponse, summary="Liveness")
+def healthz(state: State) -> PlainTextResponse:
+    """200 ``ok``; 503 with the reason when the controller is unhealthy (a stuck watch,
+    or a Lease that cannot be taken because its namespace does not exist) or a background
+    task is (the certificate sync stopped or keeps failing)."""
+    checks = [state.controller.healthy] if state.controller is not None else []
+    checks += [task.healthy for task in state.background]
+    for check in checks:
+        healthy, reason = check()
+        if not healthy:
+            return PlainTextResponse(f"unhealthy: {reason}\n", status_code=503)
+    return PlainTextResponse("ok\n")
+
+
+@router.get("/readyz", response_class=PlainTextResponse, summary="Readiness")
+def readyz(state: State) -> PlainTextResponse:
+    """200 once the cluster cache is synced (or when running without a controller)."""
+    if state.controller is not None and not state.controller.ready():
+        return PlainTextResponse("not ready: cluster cache not synced\n", status_code=503)
+    return PlainTextResponse("ok\n")
+
+
+@router.get("/metrics", dependencies=[Protected], summary="Prometheus metrics")
+def metrics_endpoint() -> Response:
+    """Prometheus text exposition of the process registry."""
+    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)

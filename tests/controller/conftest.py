@@ -1,0 +1,48 @@
+"""Fixtures for the reconciler tests: the in-memory API and fast settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from app.controller.manager import Controller
+from tests.controller.memory_api import MemoryAPI
+from tests.controller.support import Kubectl, fast_settings
+from tests.fakeapi.server import FakeApiServer
+
+
+@pytest.fixture
+def memory_api() -> MemoryAPI:
+    return MemoryAPI()
+
+
+@pytest.fixture
+def kubectl(fake_api: FakeApiServer) -> Iterator[Kubectl]:
+    with Kubectl(fake_api.url) as client:
+        yield client
+
+
+@pytest.fixture
+def run_controller(fake_api: FakeApiServer) -> Iterator[Callable[..., Controller]]:
+    """Start Controllers in-process against ``fake_api`` (stopped at teardown).
+
+    Each gets its own ApiClient whose User-Agent is its identity, so the fake's request log
+    tells who wrote what.
+    """
+    controllers: list[Controller] = []
+
+    def _run(identity: str = "pod-a", **overrides: Any) -> Controller:
+        client = fake_api.client()
+        client.user_agent = identity
+        controller = Controller(
+            settings=fast_settings(**overrides), api_client=client, identity=identity
+        )
+        controller.start()
+        controllers.append(controller)
+        return controller
+
+    yield _run
+    for controller in controllers:
+        controller.stop(timeout=5)

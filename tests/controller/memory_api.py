@@ -1,0 +1,205 @@
+"""An in-memory :class:`app.kube.client.KubeAPI` for unit tests (httpx ``MockTransport`` style).
+
+It keeps objects as JSON dicts with a global ``resourceVersion`` counter and an event
+history so watches resume from a version, can be compacted (watch from an older version →
+an ``ERROR`` event with code 410, as the API server sends it), and lets tests queue faults
+per operation (``fail("patch services/status", 409)``). ``calls`` counts every operation.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from app.kube.client import ApiError, Kind
+
+NAMESPACED = {"services": True, "endpointslices": True, "nodes": False}
+
+
+def key_of(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+
+class MemoryWatch:
+    def __init__(self, api: MemoryAPI, kind: Kind, version: int, timeout: float) -> None:
+        self._api, self._kind, self._version, self._timeout = api, kind, version, timeout
+        self._closed = False
+        self._generation = api.watch_generation
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        api = self._api
+        with api.cond:
+            if self._version < api.compacted:
+                yield {
+                    "type": "ERROR",
+                    "object": {"kind": "Status", "code": 410, "message": "too old"},
+                }
+                return
+        while True:
+            with api.cond:
+                if self._generation != api.watch_generation:
+                    raise ApiError(0, "watch stream broken")
+                pending = [e for e in api.history if e[0] > self._version and e[1] == self._kind]
+                if not pending and not self._closed:
+                    api.cond.wait(0.05)
+                    continue
+            if self._closed:
+                return
+            for version, _, event in pending:
+                self._version = version
+                yield copy.deepcopy(event)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class MemoryAPI:
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.version = 0
+        self.compacted = 0
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in NAMESPACED}
+        self.history: list[tuple[int, str, dict[str, Any]]] = []
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.calls: Counter[str] = Counter()
+        self.faults: dict[str, list[int]] = {}
+        self.events_v1_served = True
+        self.watch_generation = 0
+
+    # --- test controls -------------------------------------------------------------
+    def fail(self, op: str, *statuses: int) -> None:
+        """Make the next calls of ``op`` fail with these HTTP statuses (0: no response)."""
+        with self.cond:
+            self.faults.setdefault(op, []).extend(statuses)
+
+    def apply(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace an object (like ``kubectl apply``); returns the stored copy."""
+        with self.cond:
+            obj = copy.deepcopy(obj)
+            key = key_of(obj)
+            event_type = "MODIFIED" if key in self.objects[kind] else "ADDED"
+            if kind == "services" and event_type == "MODIFIED" and "status" not in obj:
+                obj["status"] = copy.deepcopy(self.objects[kind][key].get("status", {}))
+            return self._store(kind, key, obj, event_type)
+
+    def delete(self, kind: str, key: str) -> None:
+        with self.cond:
+            obj = self.objects[kind].pop(key)
+            self.version += 1
+            obj["metadata"]["resourceVersion"] = str(self.version)
+            self.history.append((self.version, kind, {"type": "DELETED", "object": obj}))
+            self.cond.notify_all()
+
+    def get(self, kind: str, key: str) -> dict[str, Any] | None:
+        with self.cond:
+            return copy.deepcopy(self.objects[kind].get(key))
+
+    def compact(self) -> None:
+        """Forget the history: resuming a watch from an older version gets 410."""
+        with self.cond:
+            self.compacted = self.version + 1
+            self.history.clear()
+
+    def break_watches(self) -> None:
+        """Drop every open watch connection (they raise a transport error)."""
+        with self.cond:
+            self.watch_generation += 1
+            self.cond.notify_all()
+
+    def ingress(self, key: str) -> list[str] | None:
+        svc = self.get("services", key)
+        assert svc is not None
+        entries = svc.get("status", {}).get("loadBalancer", {}).get("ingress")
+        return None if entries is None else [e["ip"] for e in entries]
+
+    # --- KubeAPI -------------------------------------------------------------------
+    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
+        self._call(f"list {kind}")
+        with self.cond:
+            items = sorted(self.objects[kind].items())
+            start = int(continue_token or 0)
+            page = [copy.deepcopy(obj) for _, obj in items[start : start + limit]]
+            more = start + limit < len(items)
+            meta = {"resourceVersion": str(self.version)}
+            if more:
+                meta["continue"] = str(start + limit)
+            return {"items": page, "metadata": meta}
+
+    def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> MemoryWatch:
+        self._call(f"watch {kind}")
+        return MemoryWatch(self, kind, int(resource_version), timeout_seconds)
+
+    def patch_service_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self._call("patch services/status")
+        with self.cond:
+            key = f"{namespace}/{name}"
+            if key not in self.objects["services"]:
+                raise ApiError(404, f'services "{name}" not found')
+            obj = copy.deepcopy(self.objects["services"][key])
+            obj.setdefault("status", {}).setdefault("loadBalancer", {})["ingress"] = copy.deepcopy(
+                patch["status"]["loadBalancer"]["ingress"]
+            )
+            self._store("services", key, obj, "MODIFIED")
+
+    def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
+        self._call("create events")
+        if body["apiVersion"] == "events.k8s.io/v1" and not self.events_v1_served:
+            raise ApiError(404, "the server could not find the requested resource")
+        with self.cond:
+            self.events.append(copy.deepcopy(body))
+
+    def read_lease(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        self._call("get leases")
+        with self.cond:
+            return copy.deepcopy(self.leases.get(f"{namespace}/{name}"))
+
+    def create_lease(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._call("create leases")
+        with self.cond:
+            key = f"{namespace}/{body['metadata']['name']}"
+            if key in self.leases:
+                raise ApiError(409, "already exists")
+            return self._put_lease(key, body)
+
+    def replace_lease(self, *, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._call("update leases")
+        with self.cond:
+            key = f"{namespace}/{name}"
+            current = self.leases.get(key)
+            if current is None:
+                raise ApiError(404, "not found")
+            if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                raise ApiError(409, "the object has been modified")
+            return self._put_lease(key, body)
+
+    # --- internals -----------------------------------------------------------------
+    def _call(self, op: str) -> None:
+        with self.cond:
+            self.calls[op] += 1
+            queued = self.faults.get(op)
+            status = queued.pop(0) if queued else None
+        if status is not None:
+            raise ApiError(status, f"injected {status} on {op}")
+
+    def _put_lease(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        stored = json.loads(json.dumps(body))
+        stored["metadata"]["resourceVersion"] = str(self.version)
+        self.leases[key] = stored
+        return copy.deepcopy(stored)
+
+    def _store(self, kind: str, key: str, obj: dict[str, Any], event_type: str) -> dict[str, Any]:
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self.objects[kind][key] = obj
+        self.history.append(
+            (self.version, kind, {"type": event_type, "object": copy.deepcopy(obj)})
+        )
+        self.cond.notify_all()
+        return obj

@@ -1,0 +1,330 @@
+"""The Controller wired end to end on the in-memory API (threads, real time, short waits)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from app.controller.cache import ClusterCache
+from app.controller.manager import Controller
+from tests.controller.memory_api import MemoryAPI
+from tests.controller.support import (
+    EXCLUDE,
+    endpoint_slice,
+    fast_settings,
+    kind_4node,
+    node,
+    service,
+    wait_until,
+)
+
+Start = Callable[..., Controller]
+
+
+@pytest.fixture
+def start(memory_api: MemoryAPI) -> Iterator[Start]:
+    controllers: list[Controller] = []
+
+    def _start(identity: str = "pod-a", **overrides: Any) -> Controller:
+        controller = Controller(
+            settings=fast_settings(**overrides),
+            api_client=None,
+            identity=identity,
+            api=memory_api,
+        )
+        controller.start()
+        controllers.append(controller)
+        return controller
+
+    yield _start
+    for controller in controllers:
+        controller.stop(timeout=5)
+
+
+def converged(api: MemoryAPI, key: str, ips: list[str]) -> Callable[[], bool]:
+    return lambda: api.ingress(key) == ips
+
+
+def test_kind_4node_converges_to_the_expected_ingress(memory_api: MemoryAPI, start: Start) -> None:
+    objects, expected = kind_4node()
+    for kind, obj in objects:
+        memory_api.apply(kind, obj)
+    controller = start(leader_elect=False)
+    wait_until(controller.ready, what="caches synced")
+    for key, ips in expected.items():
+        if ips is not None:
+            wait_until(converged(memory_api, key, ips), what=f"{key} = {ips}")
+    assert memory_api.ingress("default/other-class") == ["203.0.113.10"]
+    assert memory_api.calls["patch services/status"] == 4
+    assert controller.healthy() == (True, "ok")
+
+
+def test_nodes_edits_converge_and_heartbeats_cause_no_reconcile(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("nodes", node("w2", internal=["10.0.0.2"]))
+    memory_api.apply("services", service("web"))
+    controller = start(leader_elect=False)
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1", "10.0.0.2"]), what="first")
+    for step, ips in [
+        (
+            lambda: memory_api.apply(
+                "nodes", node("w1", internal=["10.0.0.1"], labels={EXCLUDE: ""})
+            ),
+            ["10.0.0.2"],
+        ),
+        (
+            lambda: memory_api.apply("nodes", node("w1", internal=["10.0.0.9"])),
+            ["10.0.0.2", "10.0.0.9"],
+        ),
+        (lambda: memory_api.delete("nodes", "w2"), ["10.0.0.9"]),
+    ]:
+        step()
+        wait_until(converged(memory_api, "default/web", ips), what=str(ips))
+    writes = memory_api.calls["patch services/status"]
+    reconciles = controller.queue_adds()
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.9"], heartbeat="2031-01-01T00:00:00Z"))
+    memory_api.apply("services", service("marker", lb_class="other"))
+    wait_until(lambda: controller.cache.service("default", "marker"), what="marker seen")
+    assert memory_api.calls["patch services/status"] == writes
+    assert controller.queue_adds() == reconciles + 1, "only the marker Service was enqueued"
+
+
+def test_local_service_follows_its_endpoints(memory_api: MemoryAPI, start: Start) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("nodes", node("w2", internal=["10.0.0.2"]))
+    memory_api.apply("services", service("web", local=True))
+    memory_api.apply("endpointslices", endpoint_slice("web", nodes=["w2"]))
+    start(leader_elect=False)
+    wait_until(converged(memory_api, "default/web", ["10.0.0.2"]), what="one endpoint")
+    memory_api.apply("endpointslices", endpoint_slice("web", nodes=[]))
+    wait_until(converged(memory_api, "default/web", []), what="scaled to zero")
+    memory_api.apply("endpointslices", endpoint_slice("web", nodes=["w1", "w2"]))
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1", "10.0.0.2"]), what="scaled up")
+
+
+def test_write_failures_are_retried_without_a_storm(memory_api: MemoryAPI, start: Start) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web"))
+    memory_api.fail("patch services/status", 409, 500, 503, 0)
+    start(leader_elect=False)
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1"]), what="converged after faults")
+    assert memory_api.calls["patch services/status"] == 5
+
+
+def test_only_the_leader_writes_and_a_standby_takes_over(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web"))
+    a = start("pod-a")
+    wait_until(a.is_leader, what="a leads")
+    b = start("pod-b")
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1"]), what="a writes")
+    wait_until(b.ready, what="b synced")
+    assert not b.is_leader()
+    a.stop(timeout=5)
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.7"]))
+    wait_until(b.is_leader, timeout=3, what="b takes over")
+    wait_until(converged(memory_api, "default/web", ["10.0.0.7"]), what="b writes")
+
+
+def test_liveness_fails_naming_the_watch_that_is_stuck(memory_api: MemoryAPI, start: Start) -> None:
+    controller = start(leader_elect=False, watch_timeout_seconds=5)
+    wait_until(controller.ready, what="synced")
+    assert controller.healthy() == (True, "ok")
+    nodes = next(i for i in controller.informers if i.kind == "nodes")
+    nodes.last_activity -= 1000  # as if the Node watch had hung for 1000 s
+    healthy, why = controller.healthy()
+    assert not healthy
+    assert "watch on nodes" in why
+
+
+def test_not_ready_before_the_first_full_list_of_all_three_kinds(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    memory_api.fail("list endpointslices", 503, 503, 503)
+    controller = start(leader_elect=False)
+    wait_until(lambda: controller.cache.kind_synced("nodes"), what="nodes listed")
+    wait_until(controller.ready, what="ready after EndpointSlices listed too")
+    assert memory_api.calls["list endpointslices"] == 4
+
+
+def test_prometheus_metrics_are_exposed(memory_api: MemoryAPI, start: Start) -> None:
+    from prometheus_client import generate_latest
+
+    from app.telemetry.metrics import REGISTRY
+
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web"))
+    start(leader_elect=False)
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1"]), what="converged")
+    text = generate_latest(REGISTRY).decode()
+    for name in (
+        'controller_runtime_reconcile_total{controller="service-nodeipam",result="success"}',
+        "controller_runtime_reconcile_errors_total",
+        "controller_runtime_reconcile_time_seconds_bucket",
+        "workqueue_depth",
+        "workqueue_adds_total",
+        "workqueue_retries_total",
+        "leader_election_master_status",
+        "node_ipam_lb_managed_services 1.0",
+        'node_ipam_lb_status_writes_total{result="success"}',
+    ):
+        assert name in text, name
+
+
+def test_a_not_ready_node_is_dropped_when_its_grace_period_runs_out(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    import datetime as dt
+    import time
+
+    since = dt.datetime.fromtimestamp(time.time() - 0.2, dt.UTC).isoformat()
+    down = node("w1", internal=["10.0.0.1"])
+    down["status"]["conditions"][0].update(status="False", lastTransitionTime=since)
+    memory_api.apply("nodes", down)
+    memory_api.apply("nodes", node("w2", internal=["10.0.0.2"]))
+    memory_api.apply("services", service("web"))
+    start(leader_elect=False, exclude_not_ready_nodes=True, not_ready_grace_seconds=2)
+    wait_until(converged(memory_api, "default/web", ["10.0.0.2"]), what="re-checked after grace")
+    assert memory_api.calls["patch services/status"] == 2, "first both nodes, then only w2"
+
+
+@pytest.mark.parametrize(
+    "setting", ["reconciler", "enable_node_ipam"], ids=["--no-reconciler", "--no-enable-node-ipam"]
+)
+def test_writes_switched_off_keep_the_cache_but_never_write(
+    memory_api: MemoryAPI, start: Start, setting: str
+) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web"))
+    controller = start(**{setting: False})
+    wait_until(controller.ready, what="cache synced")
+    memory_api.apply("services", service("marker", lb_class="other"))
+    wait_until(lambda: controller.cache.service("default", "marker"), what="marker seen")
+    wait_until(controller.is_leader, what="the Lease (other leader-only duties need it)")
+    assert memory_api.calls["patch services/status"] == 0
+    assert len(controller.queue) == 0
+    assert controller.queue_adds() == 0
+
+
+def test_liveness_fails_while_the_lease_namespace_does_not_exist(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    """Leader election on, namespace missing: no status is ever written, so /healthz must
+    not say ok (readiness stays: this replica still serves admission and preview)."""
+    from app.kube.client import ApiError
+
+    real_create = memory_api.create_lease
+
+    def no_namespace(**kwargs: Any) -> dict[str, Any]:
+        raise ApiError(404, 'namespaces "kube-system" not found')
+
+    memory_api.create_lease = no_namespace  # type: ignore[method-assign]
+    controller = start()
+    wait_until(controller.ready, what="synced")
+    wait_until(lambda: not controller.healthy()[0], what="unhealthy")
+    healthy, why = controller.healthy()
+    assert not healthy
+    assert "namespace 'kube-system' not found" in why
+    assert controller.ready(), "readiness is not affected"
+    memory_api.create_lease = real_create  # type: ignore[method-assign]
+    wait_until(controller.is_leader, what="leading once the namespace exists")
+    assert controller.healthy() == (True, "ok")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_liveness_fails_when_a_reconcile_worker_has_died(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    controller = start(leader_elect=False, workers=1)
+    wait_until(controller.ready, what="synced")
+    assert controller.healthy() == (True, "ok")
+
+    def broken_get(timeout: float | None = None) -> str | None:
+        raise RuntimeError("queue bug")
+
+    controller.queue.get = broken_get  # type: ignore[method-assign]
+    wait_until(lambda: not controller.healthy()[0], what="unhealthy once the worker died")
+    assert controller.healthy() == (False, "the reconcile worker thread reconcile-0 has stopped")
+
+
+def warnings_on(api: MemoryAPI, name: str) -> int:
+    return sum(
+        e["reason"] == "InvalidNodeSelector" and e["regarding"]["name"] == name for e in api.events
+    )
+
+
+def test_a_service_deleted_and_re_created_while_another_replica_led_is_warned_again(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web", selector="a in (b"))
+    controller = start(leader_elect=False)
+    wait_until(lambda: warnings_on(memory_api, "web") == 1, what="first Warning")
+    controller.is_leader = lambda: False  # type: ignore[method-assign]
+    memory_api.delete("services", "default/web")
+    wait_until(lambda: controller.cache.service("default", "web") is None, what="deletion seen")
+    controller.is_leader = lambda: True  # type: ignore[method-assign]
+    memory_api.apply("services", service("web", selector="a in (b"))
+    wait_until(lambda: warnings_on(memory_api, "web") == 2, what="Warning on the new Service")
+
+
+def test_a_new_leadership_term_speaks_again_about_a_still_broken_service(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    """What this replica said in an earlier term may not be the last Event any more
+    (another replica led in between): a new term starts with no dedup memory."""
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web", selector="a in (b"))
+    controller = start()
+    wait_until(lambda: warnings_on(memory_api, "web") == 1, what="first Warning")
+    memory_api.fail("update leases", *[0] * 30)  # renewals fail for ~3 s: the term ends
+    wait_until(lambda: not controller.is_leader(), what="term ended")
+    wait_until(controller.is_leader, what="next term")
+    wait_until(lambda: warnings_on(memory_api, "web") == 2, what="Warning in the new term")
+
+
+class RacingSyncCache(ClusterCache):
+    """``synced`` lets two callers in at once (a barrier) when nothing serialises them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for kind in ("nodes", "services", "endpointslices"):
+            self.replace(kind, {})  # type: ignore[arg-type]
+        self.barrier = threading.Barrier(2, timeout=0.5)
+
+    @property
+    def synced(self) -> bool:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            self.barrier.wait()
+        return True
+
+
+def test_caches_synced_is_seen_once_when_two_kinds_finish_listing_together(
+    memory_api: MemoryAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    controller = Controller(
+        settings=fast_settings(leader_elect=False),
+        api_client=None,
+        identity="pod-a",
+        api=memory_api,
+    )
+    controller.cache = RacingSyncCache()
+    threads = [
+        threading.Thread(target=controller._on_changes, args=(kind, []))
+        for kind in ("services", "endpointslices")
+    ]
+    with caplog.at_level(logging.INFO, logger="node_ipam_lb.controller"):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(5)
+    assert [r.getMessage() for r in caplog.records].count("caches synced") == 1

@@ -1,0 +1,333 @@
+"""The controller against the fake API server over HTTP, with the real kubernetes client.
+
+Operators' edits and API faults must converge to the right status without lost updates
+and without write storms (asserted with the fake's request counters and log).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from app.controller.manager import Controller
+from app.telemetry.metrics import CONTROLLER, REGISTRY
+from tests.controller.support import (
+    CASE,
+    EXCLUDE,
+    Kubectl,
+    endpoint_slice,
+    kind_4node,
+    node,
+    service,
+    wait_until,
+)
+from tests.fakeapi.server import FakeApiServer
+
+RunController = Callable[..., Controller]
+PATCH_STATUS = "patch services/status"
+
+
+def status_patches(fake_api: FakeApiServer, *, name: str | None = None) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in fake_api.request_log()
+        if r["verb"] == "patch"
+        and r["resource"] == "services"
+        and r["subresource"] == "status"
+        and (name is None or r["name"] == name)
+    ]
+
+
+def settled(server: FakeApiServer, name: str, ips: list[str]) -> Callable[[], bool]:
+    """The stored Service (read from the store: faults do not apply) has ingress ``ips``."""
+
+    def check() -> bool:
+        obj = server.get("services", name, "default") or {}
+        entries = obj.get("status", {}).get("loadBalancer", {}).get("ingress")
+        return [e["ip"] for e in entries or []] == ips
+
+    return check
+
+
+def reconciles() -> float:
+    """Successful reconciles so far (process-wide counter)."""
+    labels = {"controller": CONTROLLER, "result": "success"}
+    return REGISTRY.get_sample_value("controller_runtime_reconcile_total", labels) or 0.0
+
+
+def seed_three_nodes(fake_api: FakeApiServer) -> None:
+    fake_api.seed(
+        [
+            node("w1", internal=["10.0.0.1"]),
+            node("w2", internal=["10.0.0.2"]),
+            node("w3", internal=["10.0.0.3"]),
+        ]
+    )
+
+
+def test_kind_4node_gets_exactly_the_expected_ingress(
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    fake_api.seed(files=[str(CASE / "cluster.yaml")])
+    _, expected = kind_4node()
+    controller = run_controller()
+    wait_until(controller.ready, what="caches synced")
+    for key, ips in expected.items():
+        name = key.split("/")[1]
+        if ips is not None:
+            wait_until(settled(fake_api, name, ips), what=f"{key} = {ips}")
+    assert settled(fake_api, "other-class", ["203.0.113.10"])()
+    assert status_patches(fake_api, name="other-class") == []
+    assert fake_api.requests()[PATCH_STATUS] == 4, "one write per managed Service"
+
+
+def test_operator_edits_converge(
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    seed_three_nodes(fake_api)
+    kubectl.create("services", service("web"))
+    kubectl.create("services", service("local", local=True))
+    kubectl.create("endpointslices", endpoint_slice("local", nodes=["w2", "w3"]))
+    run_controller()
+    all_three = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    steps: list[tuple[str, Callable[[], object], list[str], list[str]]] = [
+        ("start", lambda: None, all_three, ["10.0.0.2", "10.0.0.3"]),
+        (
+            "exclusion label on w1",
+            lambda: kubectl.patch("nodes", "w1", {"metadata": {"labels": {EXCLUDE: ""}}}),
+            ["10.0.0.2", "10.0.0.3"],
+            ["10.0.0.2", "10.0.0.3"],
+        ),
+        (
+            "exclusion label removed",
+            lambda: kubectl.patch("nodes", "w1", {"metadata": {"labels": {EXCLUDE: None}}}),
+            all_three,
+            ["10.0.0.2", "10.0.0.3"],
+        ),
+        (
+            "autoscaler taint on w2",
+            lambda: kubectl.patch(
+                "nodes",
+                "w2",
+                {
+                    "spec": {
+                        "taints": [
+                            {"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}
+                        ]
+                    }
+                },
+            ),
+            ["10.0.0.1", "10.0.0.3"],
+            ["10.0.0.3"],
+        ),
+        (
+            "w3 address changed",
+            lambda: kubectl.patch(
+                "nodes",
+                "w3",
+                {"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.30"}]}},
+                sub="status",
+            ),
+            ["10.0.0.1", "10.0.0.30"],
+            ["10.0.0.30"],
+        ),
+        ("w1 deleted", lambda: kubectl.delete("nodes", "w1"), ["10.0.0.30"], ["10.0.0.30"]),
+        (
+            "local endpoints scaled to zero",
+            lambda: kubectl.patch("endpointslices", "local-abcde", {"endpoints": []}),
+            ["10.0.0.30"],
+            [],
+        ),
+        (
+            "local endpoints scaled back",
+            lambda: kubectl.patch(
+                "endpointslices",
+                "local-abcde",
+                {"endpoints": endpoint_slice("local", nodes=["w3"])["endpoints"]},
+            ),
+            ["10.0.0.30"],
+            ["10.0.0.30"],
+        ),
+        (
+            "annotation selects nobody",
+            lambda: kubectl.patch(
+                "services",
+                "web",
+                {"metadata": {"annotations": {"io.cilium.nodeipam/match-node-labels": "x=y"}}},
+            ),
+            [],
+            ["10.0.0.30"],
+        ),
+        (
+            "annotation removed",
+            lambda: kubectl.patch(
+                "services",
+                "web",
+                {"metadata": {"annotations": {"io.cilium.nodeipam/match-node-labels": None}}},
+            ),
+            ["10.0.0.30"],
+            ["10.0.0.30"],
+        ),
+        (
+            "switched to ClusterIP (the API server clears the status)",
+            lambda: kubectl.patch("services", "web", {"spec": {"type": "ClusterIP"}}),
+            [],
+            ["10.0.0.30"],
+        ),
+        (
+            "switched back to LoadBalancer",
+            lambda: kubectl.patch(
+                "services",
+                "web",
+                {"spec": {"type": "LoadBalancer", "loadBalancerClass": "io.cilium/node"}},
+            ),
+            ["10.0.0.30"],
+            ["10.0.0.30"],
+        ),
+    ]
+    for what, action, web, local in steps:
+        action()
+        wait_until(settled(fake_api, "web", web), what=f"{what}: web = {web}")
+        wait_until(settled(fake_api, "local", local), what=f"{what}: local = {local}")
+    writes = fake_api.requests()[PATCH_STATUS]
+    assert writes <= 2 * len(steps), f"{writes} status writes for {len(steps)} steps"
+
+
+def test_a_heartbeat_causes_no_reconcile_and_no_write(
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    seed_three_nodes(fake_api)
+    kubectl.create("services", service("web"))
+    controller = run_controller()
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    adds, writes = controller.queue_adds(), fake_api.requests()[PATCH_STATUS]
+    heartbeat = node("w1", internal=["10.0.0.1"], heartbeat="2031-01-01T00:00:00Z")
+    kubectl.patch("nodes", "w1", {"status": heartbeat["status"]}, sub="status")
+    kubectl.create("services", service("marker", lb_class="example.com/other"))
+    wait_until(lambda: controller.cache.service("default", "marker"), what="marker seen")
+    assert controller.cache.nodes()  # the heartbeat was seen before the marker (same stream order)
+    assert controller.queue_adds() == adds + 1, "only the marker Service was enqueued"
+    assert fake_api.requests()[PATCH_STATUS] == writes
+
+
+@pytest.mark.parametrize(
+    ("status", "times"),
+    [(409, 3), (500, 4), (503, 2)],
+    ids=["409 conflicts on status writes", "500s on status writes", "503s on status writes"],
+)
+def test_failed_status_writes_are_retried_with_backoff(
+    fake_api: FakeApiServer,
+    kubectl: Kubectl,
+    run_controller: RunController,
+    status: int,
+    times: int,
+) -> None:
+    seed_three_nodes(fake_api)
+    kubectl.create("services", service("web"))
+    fake_api.fail(method="PATCH", path="*/services/web/status", status=status, times=times)
+    run_controller()
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    assert fake_api.requests()[PATCH_STATUS] == times + 1, "one retry per failure, no storm"
+
+
+def test_dropped_watches_and_410_on_re_watch_lose_no_update(
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    seed_three_nodes(fake_api)
+    kubectl.create("services", service("web"))
+    controller = run_controller()
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    nodes_informer = next(i for i in controller.informers if i.kind == "nodes")
+    fake_api.drop_watches()
+    kubectl.delete("nodes", "w3")
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2"]), what="after a dropped watch")
+    assert nodes_informer.lists == 1, "a dropped watch resumes from its resourceVersion"
+
+    # The re-watch is held up while a Node changes and etcd is compacted: it resumes from a
+    # resourceVersion that no longer exists and gets 410 Gone, so the informer re-lists.
+    fake_api.add_latency(0.5, method="GET", path="/api/v1/nodes")
+    fake_api.drop_watches()
+    kubectl.patch("nodes", "w2", {"metadata": {"labels": {EXCLUDE: ""}}})
+    fake_api.compact()
+    wait_until(lambda: nodes_informer.lists == 2, what="re-list after 410")
+    fake_api.clear_latency()
+    wait_until(settled(fake_api, "web", ["10.0.0.1"]), what="after 410 Gone")
+
+
+def test_api_unavailable_for_a_while_converges_afterwards(
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    seed_three_nodes(fake_api)
+    kubectl.create("services", service("web"))
+    controller = run_controller()
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    kubectl.patch("nodes", "w1", {"metadata": {"labels": {EXCLUDE: ""}}})
+    fake_api.fail(path="/api*", status=503, times=30)
+    fake_api.drop_watches()
+    wait_until(settled(fake_api, "web", ["10.0.0.2", "10.0.0.3"]), timeout=20, what="recovered")
+    assert controller.healthy()[0]
+    # Retries back off exponentially from 5 ms: an outage of up to 20 s allows at most
+    # log2(20 / 0.005) ≈ 12 failed attempts; a hot loop would make hundreds.
+    assert fake_api.requests()[PATCH_STATUS] <= 2 + 12
+
+
+def test_only_the_leader_writes_and_a_standby_takes_over(
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    seed_three_nodes(fake_api)
+    kubectl.create("services", service("web"))
+    a = run_controller("pod-a")
+    wait_until(a.is_leader, what="pod-a leads")
+    b = run_controller("pod-b")
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    wait_until(b.ready, what="pod-b synced")
+    kubectl.delete("nodes", "w3")
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2"]), what="w3 gone")
+    assert {r["user_agent"] for r in status_patches(fake_api)} == {"pod-a"}
+    assert not b.is_leader()
+
+    a.stop(timeout=5)  # graceful: the Lease is released
+    kubectl.delete("nodes", "w2")
+    wait_until(settled(fake_api, "web", ["10.0.0.1"]), timeout=5, what="pod-b took over")
+    assert b.is_leader()
+    assert {r["user_agent"] for r in status_patches(fake_api)} == {"pod-a", "pod-b"}
+
+
+def test_a_killed_leader_is_replaced_within_the_lease_duration(
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    seed_three_nodes(fake_api)
+    kubectl.create("services", service("web"))
+    a = run_controller("pod-a")
+    wait_until(a.is_leader, what="pod-a leads")
+    b = run_controller("pod-b")
+    wait_until(b.ready, what="pod-b synced")
+    a.stop(timeout=5, release=False)  # as if the process died: the Lease stays pod-a's
+    lease = fake_api.get("leases.coordination.k8s.io", "node-ipam-lb", "kube-system")
+    assert lease is not None and lease["spec"]["holderIdentity"] == "pod-a"
+    kubectl.delete("nodes", "w3")
+    wait_until(b.is_leader, timeout=3, what="pod-b leads after lease expiry (1 s)")
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2"]), what="pod-b writes")
+    lease = fake_api.get("leases.coordination.k8s.io", "node-ipam-lb", "kube-system")
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == "pod-b"
+    assert lease["spec"]["leaseTransitions"] == 1
+
+
+def test_a_malformed_annotation_warns_once_and_leaves_the_status_alone(
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    seed_three_nodes(fake_api)
+    broken = service("web", selector="zone in (a", ingress=["192.0.2.7"])
+    fake_api.seed([broken])
+    run_controller()
+    wait_until(lambda: fake_api.requests().get("create events", 0) == 1, what="one Event")
+    before = reconciles()
+    kubectl.patch("services", "web", {"metadata": {"labels": {"touched": "yes"}}})
+    wait_until(lambda: reconciles() > before, what="the edited Service reconciled again")
+    [event] = [r for r in fake_api.request_log() if r["resource"] == "events"]
+    assert event["group"] == "events.k8s.io"
+    assert settled(fake_api, "web", ["192.0.2.7"])()
+    assert status_patches(fake_api) == []

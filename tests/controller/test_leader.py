@@ -1,0 +1,197 @@
+"""Lease-based leader election with client-go semantics, driven step by step on fake clocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.controller.leader import LeaderElector
+from app.kube.client import ApiError
+from tests.controller.memory_api import MemoryAPI
+
+LEASE = "kube-system/node-ipam-lb"
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.mono = 100.0
+        self.wall = 1.8e9
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += seconds
+
+
+@pytest.fixture
+def clocks() -> Clocks:
+    return Clocks()
+
+
+def elector(api: MemoryAPI, clocks: Clocks, identity: str, log: list[str]) -> LeaderElector:
+    return LeaderElector(
+        api=api,
+        namespace="kube-system",
+        name="node-ipam-lb",
+        identity=identity,
+        on_started_leading=lambda: log.append(f"{identity} started"),
+        on_stopped_leading=lambda: log.append(f"{identity} stopped"),
+        clock=lambda: clocks.mono,
+        wall_clock=lambda: clocks.wall,
+    )
+
+
+def spec(api: MemoryAPI) -> dict[str, object]:
+    return api.leases[LEASE]["spec"]
+
+
+def test_first_candidate_creates_the_lease_and_leads(clocks: Clocks) -> None:
+    api, log = MemoryAPI(), []
+    a = elector(api, clocks, "a", log)
+    assert a.step()
+    assert log == ["a started"]
+    assert spec(api) == {
+        "holderIdentity": "a",
+        "leaseDurationSeconds": 15,
+        "acquireTime": "2027-01-15T08:00:00.000000Z",
+        "renewTime": "2027-01-15T08:00:00.000000Z",
+        "leaseTransitions": 0,
+    }
+
+
+def test_a_held_lease_is_not_taken_before_it_expires_on_our_clock(clocks: Clocks) -> None:
+    api, log = MemoryAPI(), []
+    a, b = elector(api, clocks, "a", log), elector(api, clocks, "b", log)
+    a.step()
+    assert not b.step()
+    clocks.advance(14)
+    assert not b.step(), "the record has not changed for 14 s < 15 s"
+    clocks.advance(1.5)
+    assert b.step()
+    assert spec(api)["holderIdentity"] == "b"
+    assert spec(api)["leaseTransitions"] == 1
+
+
+def test_renewing_keeps_the_acquire_time_and_moves_renew_time(clocks: Clocks) -> None:
+    api, log = MemoryAPI(), []
+    a, b = elector(api, clocks, "a", log), elector(api, clocks, "b", log)
+    a.step()
+    for _ in range(10):
+        clocks.advance(2)
+        assert a.step()
+        assert not b.step(), "a renewing leader keeps the lease"
+    assert spec(api)["acquireTime"] == "2027-01-15T08:00:00.000000Z"
+    assert spec(api)["renewTime"] == "2027-01-15T08:00:20.000000Z"
+    assert spec(api)["leaseTransitions"] == 0
+
+
+def test_a_leader_that_cannot_renew_past_the_deadline_stops_leading(clocks: Clocks) -> None:
+    api, log = MemoryAPI(), []
+    a = elector(api, clocks, "a", log)
+    a.step()
+    api.fail("get leases", 500, 500, 500, 500, 500, 500)
+    clocks.advance(2)
+    assert a.step(), "one failed renew within the deadline keeps leadership"
+    clocks.advance(8.5)
+    assert not a.is_leader(), "writes stop by the clock even before the next attempt"
+    a.step()
+    assert log == ["a started", "a stopped"]
+
+
+def test_a_conflict_on_the_lease_update_means_another_candidate_won(clocks: Clocks) -> None:
+    api, log = MemoryAPI(), []
+    a, b = elector(api, clocks, "a", log), elector(api, clocks, "b", log)
+    a.step()
+    b.step()
+    clocks.advance(16)
+    api.fail("update leases", 409)
+    assert not b.step()
+    assert spec(api)["holderIdentity"] == "a"
+    assert log == ["a started"]
+
+
+def test_a_lease_update_sends_the_resource_version_it_read(clocks: Clocks) -> None:
+    api, log = MemoryAPI(), []
+    a = elector(api, clocks, "a", log)
+    a.step()
+    api.leases[LEASE]["metadata"]["resourceVersion"] = "999"  # someone wrote meanwhile...
+    real_read = api.read_lease
+    api.read_lease = lambda **kw: {
+        **real_read(**kw),
+        "metadata": {"name": "node-ipam-lb", "resourceVersion": "1"},
+    }  # type: ignore[method-assign]
+    clocks.advance(2)
+    assert not a.try_acquire_or_renew(), "...so a PUT with the older version is refused"
+
+
+def test_stop_releases_the_lease_so_a_standby_takes_over_at_once(clocks: Clocks) -> None:
+    api, log = MemoryAPI(), []
+    a, b = elector(api, clocks, "a", log), elector(api, clocks, "b", log)
+    a.step()
+    assert not b.step()
+    a.stop()
+    assert spec(api)["holderIdentity"] == ""
+    assert spec(api)["leaseDurationSeconds"] == 1
+    assert b.step(), "an empty holder can be taken without waiting"
+    assert spec(api)["leaseTransitions"] == 1
+    assert log == ["a started", "a stopped", "b started"]
+
+
+@pytest.mark.parametrize("slow", ["get leases", "update leases"])
+def test_a_slow_renew_counts_from_before_the_request_was_sent(clocks: Clocks, slow: str) -> None:
+    """client-go observes the time before tryAcquireOrRenew: the renewTime other replicas
+    see. A 6 s answer must not give the leader 6 s more than they assume."""
+    api = MemoryAPI()
+    log: list[str] = []
+    a = elector(api, clocks, "a", log)
+    assert a.step()
+    op = {"get leases": "read_lease", "update leases": "replace_lease"}[slow]
+    real = getattr(api, op)
+
+    def slow_call(**kwargs: object) -> object:
+        clocks.advance(6)
+        return real(**kwargs)
+
+    setattr(api, op, slow_call)
+    clocks.advance(2)
+    sent = clocks.mono
+    assert a.step(), "renewed"
+    assert clocks.mono == sent + 6
+    clocks.advance(10 - 6 - 0.01)
+    assert a.is_leader(), "9.99 s after the renew was sent: still within the renew deadline"
+    clocks.advance(0.02)
+    assert not a.is_leader(), "10 s after the renew was *sent*, not after it was answered"
+
+
+def test_a_missing_lease_namespace_is_reported_once_and_retried_with_backoff(
+    clocks: Clocks, caplog: pytest.LogCaptureFixture
+) -> None:
+    """serve outside a cluster without the namespace: one clear error, not a warning every
+    2 s; retried with backoff; picked up as soon as the namespace exists."""
+    api = MemoryAPI()
+    log: list[str] = []
+    a = elector(api, clocks, "a", log)
+    real_create = api.create_lease
+
+    def no_namespace(**kwargs: object) -> object:
+        raise ApiError(404, 'namespaces "kube-system" not found')
+
+    api.create_lease = no_namespace  # type: ignore[assignment,method-assign]
+    waits = []
+    with caplog.at_level("WARNING", logger="node_ipam_lb.leader"):
+        for _ in range(7):
+            assert not a.step()
+            waits.append(a.retry_wait())
+    [error] = [r for r in caplog.records if r.name == "node_ipam_lb.leader"]
+    assert error.levelname == "ERROR"
+    for needle in ("namespace 'kube-system' not found", "kubectl create namespace kube-system"):
+        assert needle in error.getMessage()
+    for flag in ("--leader-election-namespace", "--no-leader-elect"):
+        assert flag in error.getMessage()
+    assert a.problem() == error.getMessage()
+    assert all(
+        base <= w <= base * 1.2 for w, base in zip(waits, [2, 4, 8, 16, 30, 30, 30], strict=True)
+    ), waits
+    assert log == []
+    api.create_lease = real_create  # type: ignore[method-assign]
+    assert a.step(), "the namespace was created: the next attempt leads"
+    assert a.problem() is None
+    assert a.retry_wait() == 2.0

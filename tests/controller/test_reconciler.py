@@ -1,0 +1,308 @@
+"""One reconcile of one Service: what is written, what is not, which Events are emitted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.controller.cache import ClusterCache
+from app.controller.events import EventRecorder
+from app.controller.informer import object_key
+from app.controller.reconciler import Reconciler
+from app.core.options import SelectionSettings
+from app.core.views import endpoint_slice_view, node_view, service_view
+from app.kube.client import ApiError
+from tests.controller.memory_api import MemoryAPI
+from tests.controller.support import EXCLUDE, endpoint_slice, kind_4node, node, service
+
+VIEWS = {"nodes": node_view, "services": service_view, "endpointslices": endpoint_slice_view}
+
+
+class World:
+    """MemoryAPI + a cache kept equal to it by hand (no informer threads)."""
+
+    def __init__(self, settings: SelectionSettings | None = None) -> None:
+        self.api = MemoryAPI()
+        self.cache = ClusterCache()
+        self.leader = True
+        self.recorder = EventRecorder(api=self.api, identity="pod-a", clock=lambda: 1e9)
+        self.reconciler = Reconciler(
+            cache=self.cache,
+            api=self.api,
+            recorder=self.recorder,
+            settings=settings or SelectionSettings(),
+            is_leader=lambda: self.leader,
+            wall_clock=lambda: 1.8e9,
+        )
+
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
+        stored = self.api.apply(kind, obj)
+        self.cache.put(kind, object_key(stored), VIEWS[kind](stored))  # type: ignore[arg-type]
+
+    def sync_service(self, key: str) -> None:
+        """Deliver the stored Service to the cache (what the watch would do)."""
+        stored = self.api.get("services", key)
+        assert stored is not None
+        self.cache.put("services", key, service_view(stored))
+
+    def reconcile(self, key: str) -> float | None:
+        result = self.reconciler.reconcile(key)
+        self.sync_service(key) if self.api.get("services", key) else None
+        return result
+
+    def reasons(self) -> list[str]:
+        return [e["reason"] for e in self.api.events]
+
+
+@pytest.fixture
+def world() -> World:
+    w = World()
+    w.apply("nodes", node("worker-1", internal=["10.0.0.1"]))
+    w.apply("nodes", node("worker-2", internal=["10.0.0.2"]))
+    return w
+
+
+def test_kind_4node_services_get_exactly_the_expected_ingress() -> None:
+    world = World()
+    objects, expected = kind_4node()
+    for kind, obj in objects:
+        world.apply(kind, obj)
+    before = {key: world.api.ingress(key) for key in expected}
+    for key in expected:
+        world.reconcile(key)
+    for key, ips in expected.items():
+        if ips is None:
+            assert world.api.ingress(key) == before[key], f"{key} must stay untouched"
+        else:
+            assert world.api.ingress(key) == ips, key
+    assert world.api.calls["patch services/status"] == 4
+
+
+def test_a_second_reconcile_of_a_converged_service_writes_nothing(world: World) -> None:
+    world.apply("services", service("web"))
+    world.reconcile("default/web")
+    world.reconcile("default/web")
+    assert world.api.calls["patch services/status"] == 1
+    assert world.reasons() == ["IPsAssigned"]
+
+
+def test_our_own_write_not_yet_seen_by_the_watch_is_not_repeated(world: World) -> None:
+    world.apply("services", service("web"))
+    world.reconciler.reconcile("default/web")  # cache keeps the pre-write Service
+    world.reconciler.reconcile("default/web")
+    assert world.api.calls["patch services/status"] == 1
+
+
+def test_the_patch_carries_only_status_load_balancer_ingress(world: World) -> None:
+    seen: list[dict[str, Any]] = []
+    original = world.api.patch_service_status
+
+    def spy(**kwargs: Any) -> None:
+        seen.append(kwargs["patch"])
+        original(**kwargs)
+
+    world.api.patch_service_status = spy  # type: ignore[method-assign]
+    world.apply("services", service("web"))
+    world.reconcile("default/web")
+    assert seen == [
+        {
+            "status": {
+                "loadBalancer": {
+                    "ingress": [
+                        {"ip": "10.0.0.1", "ipMode": "VIP"},
+                        {"ip": "10.0.0.2", "ipMode": "VIP"},
+                    ]
+                }
+            }
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "svc",
+    [
+        service("other", lb_class="example.com/other", ingress=["203.0.113.10"]),
+        service("cluster-ip", type_="ClusterIP"),
+        service("class-less", lb_class=None),
+    ],
+    ids=["other loadBalancerClass", "ClusterIP Service", "class-less with lbipam default"],
+)
+def test_a_service_that_is_not_ours_is_never_written(world: World, svc: dict[str, Any]) -> None:
+    world.apply("services", svc)
+    world.reconcile(f"default/{svc['metadata']['name']}")
+    assert world.api.calls["patch services/status"] == 0
+    assert world.api.events == []
+
+
+def test_a_deleted_service_is_done(world: World) -> None:
+    assert world.reconcile("default/gone") is None
+    assert world.api.calls["patch services/status"] == 0
+
+
+def test_invalid_selector_writes_nothing_and_warns_once_per_distinct_error(world: World) -> None:
+    world.apply("services", service("web", selector="a in (b", ingress=["10.9.9.9"]))
+    world.reconcile("default/web")
+    world.reconcile("default/web")
+    assert world.api.ingress("default/web") == ["10.9.9.9"]
+    assert world.reasons() == ["InvalidNodeSelector"]
+    assert "match-node-labels" in world.api.events[0]["note"]
+    world.apply("services", service("web", selector="=x", ingress=["10.9.9.9"]))
+    world.reconcile("default/web")
+    assert world.reasons() == ["InvalidNodeSelector", "InvalidNodeSelector"]
+    assert world.api.calls["patch services/status"] == 0
+
+
+def test_no_eligible_nodes_names_the_exclusion_label(world: World) -> None:
+    world.apply("nodes", node("worker-1", internal=["10.0.0.1"], labels={EXCLUDE: ""}))
+    world.apply("nodes", node("worker-2", internal=["10.0.0.2"], labels={EXCLUDE: "true"}))
+    world.apply("services", service("web"))
+    world.reconcile("default/web")
+    assert world.api.calls["patch services/status"] == 0, "no ingress stored: nothing to clear"
+    [event] = world.api.events
+    assert (event["type"], event["reason"]) == ("Warning", "NoEligibleNodes")
+    assert "ExcludedByLabel: worker-1, worker-2" in event["note"]
+    assert EXCLUDE in event["note"]
+
+
+def test_events_follow_state_changes_only(world: World) -> None:
+    world.apply("services", service("web", selector="kubernetes.io/hostname=worker-1"))
+    world.reconcile("default/web")
+    world.apply("services", service("web", selector="kubernetes.io/hostname=nobody"))
+    world.reconcile("default/web")
+    world.reconcile("default/web")
+    world.apply("services", service("web", selector="kubernetes.io/hostname=worker-1"))
+    world.reconcile("default/web")
+    assert world.reasons() == ["IPsAssigned", "NoEligibleNodes", "IPsAssigned"]
+    assert world.api.events[0]["note"] == "Assigned IPs: 10.0.0.1"
+    body = world.api.events[0]
+    assert body["apiVersion"] == "events.k8s.io/v1"
+    assert body["reportingController"] == "node-ipam-lb.io/controller"
+    assert body["reportingInstance"] == "pod-a"
+    assert body["regarding"] == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "namespace": "default",
+        "name": "web",
+    }
+
+
+def test_local_service_without_ready_endpoints_is_emptied_and_says_why(world: World) -> None:
+    world.apply("services", service("web", local=True, ingress=["10.0.0.1"]))
+    world.reconcile("default/web")
+    assert world.api.ingress("default/web") == []
+    assert "no eligible Node has a ready endpoint" in world.api.events[-1]["note"]
+    world.apply("endpointslices", endpoint_slice("web", nodes=["worker-2"]))
+    world.reconcile("default/web")
+    assert world.api.ingress("default/web") == ["10.0.0.2"]
+
+
+@pytest.mark.parametrize("status", [409, 500, 503, 0], ids=["conflict", "500", "503", "no answer"])
+def test_a_failed_write_raises_for_a_retry(world: World, status: int) -> None:
+    world.apply("services", service("web"))
+    world.api.fail("patch services/status", status)
+    with pytest.raises(ApiError):
+        world.reconcile("default/web")
+    world.reconcile("default/web")
+    assert world.api.ingress("default/web") == ["10.0.0.1", "10.0.0.2"]
+
+
+def test_a_404_on_the_write_means_the_service_is_gone(world: World) -> None:
+    world.apply("services", service("web"))
+    world.api.fail("patch services/status", 404)
+    assert world.reconciler.reconcile("default/web") is None
+
+
+def test_a_replica_that_is_not_leader_never_writes(world: World) -> None:
+    world.leader = False
+    world.apply("services", service("web"))
+    world.reconcile("default/web")
+    assert world.api.calls["patch services/status"] == 0
+
+
+def test_event_failures_are_not_fatal(world: World) -> None:
+    world.api.fail("create events", 500)
+    world.apply("services", service("web"))
+    world.reconcile("default/web")
+    assert world.api.ingress("default/web") == ["10.0.0.1", "10.0.0.2"]
+
+
+def test_core_v1_events_when_events_k8s_io_is_not_served(world: World) -> None:
+    world.api.events_v1_served = False
+    world.apply("services", service("web"))
+    world.reconcile("default/web")
+    [event] = world.api.events
+    assert event["apiVersion"] == "v1"
+    assert event["involvedObject"]["name"] == "web"
+    assert event["reason"] == "IPsAssigned"
+
+
+def test_not_ready_grace_period_asks_for_a_recheck() -> None:
+    world = World(SelectionSettings(exclude_not_ready_nodes=True, not_ready_grace_seconds=60))
+    down = node("worker-1", internal=["10.0.0.1"])
+    down["status"]["conditions"][0].update(
+        status="False",
+        lastTransitionTime="2027-01-15T07:59:30Z",  # 1.8e9 - 30 s
+    )
+    world.apply("nodes", down)
+    world.apply("nodes", node("worker-2", internal=["10.0.0.2"]))
+    world.apply("services", service("web"))
+    delay = world.reconcile("default/web")
+    assert delay == pytest.approx(30, abs=1)
+
+
+def test_the_watch_echo_of_our_own_write_needs_no_reconcile(world: World) -> None:
+    world.apply("services", service("web"))
+    before = world.cache.service("default", "web")
+    world.reconcile("default/web")
+    echo = world.cache.service("default", "web")
+    assert before is not None and echo is not None
+    assert world.reconciler.is_own_write(before, echo)
+
+    tampered = service("web", ingress=["192.0.2.1"])
+    world.apply("services", tampered)
+    changed = world.cache.service("default", "web")
+    assert changed is not None
+    assert not world.reconciler.is_own_write(echo, changed), "someone else's status is fixed"
+
+    relabelled = service(
+        "web", selector="kubernetes.io/hostname=worker-1", ingress=["10.0.0.1", "10.0.0.2"]
+    )
+    world.apply("services", relabelled)
+    spec_change = world.cache.service("default", "web")
+    assert spec_change is not None
+    assert not world.reconciler.is_own_write(echo, spec_change), "a spec change is reconciled"
+
+
+def test_a_change_back_before_our_write_is_seen_is_not_lost(world: World) -> None:
+    """Our write of [w2] is not in the cache yet when the endpoints move away: the cache
+    still says "no ingress", which equals the new desired value, but the server holds [w2]."""
+    world.apply("services", service("web", local=True))
+    world.apply("endpointslices", endpoint_slice("web", nodes=["worker-2"]))
+    world.reconciler.reconcile("default/web")  # the watch echo is not delivered
+    assert world.api.ingress("default/web") == ["10.0.0.2"]
+    world.apply("endpointslices", endpoint_slice("web", nodes=[]))
+    world.reconciler.reconcile("default/web")
+    assert world.api.ingress("default/web") == []
+
+
+def test_the_reconciler_explains_a_selection_exactly_like_preview(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """serve's log once said "from 1 of 1 node(s)" where preview said "from 1 of 4"."""
+    from app.core.nodeipam import select
+
+    world.apply("nodes", node("worker-3", internal=["10.0.0.3"]))
+    world.apply("services", service("web", selector="kubernetes.io/hostname=worker-2"))
+    with caplog.at_level("INFO", logger="node_ipam_lb.reconciler"):
+        world.reconcile("default/web")
+    preview = select(
+        service=service_view(service("web", selector="kubernetes.io/hostname=worker-2")),
+        nodes=list(world.cache.nodes()),
+        endpoint_slices=(),
+        settings=SelectionSettings(),
+        now=1.8e9,
+    )
+    assert "from 1 of 3 node(s)" in preview.reason
+    [written] = [r for r in caplog.records if r.getMessage().endswith("written")]
+    assert written.__dict__["fields"]["reason"] == preview.reason
