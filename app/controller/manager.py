@@ -128,6 +128,7 @@ class Controller:
         )
         for informer in self.informers:
             informer.start()
+        self.recorder.start()
         for index in range(self.settings.workers if self._writes else 0):
             thread = threading.Thread(target=self._work, name=f"reconcile-{index}", daemon=True)
             thread.start()
@@ -147,6 +148,8 @@ class Controller:
             informer.stop()
         for thread in self._workers:
             thread.join(max(deadline - time.monotonic(), 0.0))
+        # Events queued before the workers stopped are sent (bounded), then dropped.
+        self.recorder.stop(min(max(deadline - time.monotonic(), 0.1), 2.0))
         if self.elector is not None:
             self.elector.stop(max(deadline - time.monotonic(), 0.1), release=release)
         for informer in self.informers:

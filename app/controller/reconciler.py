@@ -26,18 +26,26 @@ with backoff: 409 conflicts, 5xx, connection failures); 404 means the Service is
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from app.controller.cache import ClusterCache, service_key
-from app.controller.events import NORMAL, WARNING, EventRecorder, ServiceEvent
+from app.controller.events import (
+    NORMAL,
+    NOTE_LIMIT_BYTES,
+    WARNING,
+    EventRecorder,
+    ServiceEvent,
+)
 from app.core.nodeipam import Selection, is_managed, select
 from app.core.options import SelectionSettings
 from app.core.status import ingress_differs
+from app.core.text import elide, elide_bytes
 from app.core.views import ServiceView
 from app.kube.client import ApiError, KubeAPI
 from app.telemetry import metrics
@@ -49,6 +57,20 @@ LOG = logging.getLogger("node_ipam_lb.reconciler")
 def status_patch(ingress: tuple[dict[str, str], ...]) -> dict[str, Any]:
     """The merge patch body that sets ``status.loadBalancer.ingress`` and nothing else."""
     return {"status": {"loadBalancer": {"ingress": [dict(entry) for entry in ingress]}}}
+
+
+NAMES_SHOWN = 3
+"""Node names an Event note lists before "and N more"."""
+SELECTOR_SHOWN = 200
+"""Characters of a malformed selector an Event note quotes (cut in the middle)."""
+EXTERNAL_IP_SLOT = "external-ip"
+"""Recorder slot of the ``ExternalIPPreferred`` Warning (apart from the status outcome)."""
+
+
+def name_list(names: Sequence[str], shown: int = NAMES_SHOWN) -> str:
+    """``"a, b, c and 7 more"``: the first ``shown`` names, then how many were left out."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def no_eligible_nodes_note(selection: Selection) -> str:
@@ -64,10 +86,42 @@ def no_eligible_nodes_note(selection: Selection) -> str:
     parts = []
     for code in counts:
         names = [v.name for v in dropped if v.code == code]
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         sentence = next(v.reason for v in dropped if v.code == code)
-        parts.append(f"{code}: {shown} ({sentence})")
+        parts.append(f"{code}: {name_list(names)} ({sentence})")
     return "; ".join([selection.reason, *parts])
+
+
+def external_ip_preferred_note(selection: Selection) -> str | None:
+    """The ``ExternalIPPreferred`` Warning's note, or ``None`` when the global ExternalIP
+    preference (docs/design.md §4.4, Cilium's behaviour without
+    ``per_node_address_fallback``) hides no eligible node.
+
+    E.g. ``"2 eligible node(s) are not advertised because other selected nodes have an
+    ExternalIP (ExternalIPPreferred): worker-3, worker-4; per_node_address_fallback
+    advertises their InternalIP"``: the hidden nodes' names, cut to :data:`NAMES_SHOWN`.
+    """
+    hidden = [v.name for v in selection.nodes if v.code == "ExternalIPPreferred"]
+    if not hidden:
+        return None
+    return (
+        f"{len(hidden)} eligible node(s) are not advertised because other selected nodes"
+        f" have an ExternalIP (ExternalIPPreferred): {name_list(hidden)};"
+        " per_node_address_fallback advertises their InternalIP"
+    )
+
+
+def invalid_selector_note(error: str, value: str | None) -> str:
+    """The ``InvalidNodeSelector`` note: ``error`` (``select``'s text, ``<field>: Invalid
+    value: <JSON of the annotation>: <reason>``) with the quoted annotation cut in the
+    middle to :data:`SELECTOR_SHOWN` characters, so the reason stays whole within the
+    Event note's 1,024 bytes (a longer reason is itself cut in the middle)."""
+    quoted = json.dumps(value)
+    head, found, reason = error.partition(f": Invalid value: {quoted}: ")
+    if not found:
+        return elide_bytes(error, NOTE_LIMIT_BYTES)
+    prefix = f"{head}: Invalid value: {elide(quoted, SELECTOR_SHOWN)}: "
+    room = max(NOTE_LIMIT_BYTES - len(prefix.encode()), 1)
+    return prefix + elide_bytes(reason, room)
 
 
 class Reconciler:
@@ -133,7 +187,7 @@ class Reconciler:
             now=now,
         )
         if selection.error is not None or selection.ingress is None:
-            self._invalid_selector(key, selection)
+            self._invalid_selector(key, selection, service.match_node_labels)
             return None
         with self._lock:
             self._errors.pop(key, None)
@@ -217,18 +271,31 @@ class Reconciler:
             event=event,
             record_only=not wrote and event.reason == "IPsAssigned",
         )
+        hidden = external_ip_preferred_note(selection)
+        if hidden is None:
+            self._recorder.clear(selection.namespace, selection.name, EXTERNAL_IP_SLOT)
+        else:
+            self._recorder.emit(
+                namespace=selection.namespace,
+                name=selection.name,
+                event=ServiceEvent(WARNING, "ExternalIPPreferred", "SelectNodes", hidden),
+                slot=EXTERNAL_IP_SLOT,
+            )
 
-    def _invalid_selector(self, key: str, selection: Selection) -> None:
+    def _invalid_selector(self, key: str, selection: Selection, value: str | None) -> None:
         error = selection.error or selection.reason
         with self._lock:
             new = self._errors.get(key) != error
             self._errors[key] = error
         if new:
             log_event(LOG, "invalid node selector", level=logging.WARNING, service=key, error=error)
+        self._recorder.clear(selection.namespace, selection.name, EXTERNAL_IP_SLOT)
         self._recorder.emit(
             namespace=selection.namespace,
             name=selection.name,
-            event=ServiceEvent(WARNING, "InvalidNodeSelector", "SelectNodes", error),
+            event=ServiceEvent(
+                WARNING, "InvalidNodeSelector", "SelectNodes", invalid_selector_note(error, value)
+            ),
         )
 
     def forget(self, key: str) -> None:

@@ -34,6 +34,7 @@ COLLECTIONS: dict[str, str] = {
 """Cluster-wide collection path of each watched kind."""
 
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 AUTH_REFRESH_SECONDS = 10.0
 """How long a derived ``authorization`` header is reused (tokens rotate in minutes)."""
 JSON_PATCH = "application/json-patch+json"
@@ -80,6 +81,20 @@ class KubeAPI(Protocol):
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
         """POST an Event (``events.k8s.io/v1`` or core ``v1``, from ``body['apiVersion']``)."""
+        ...
+
+    def patch_event(
+        self, *, namespace: str, name: str, api_version: str, patch: dict[str, Any]
+    ) -> None:
+        """Strategic merge patch an Event (``api_version`` ``events.k8s.io/v1`` or ``v1``):
+        the series update of client-go's recorders; 404 when the Event is gone."""
+        ...
+
+    def list_events(
+        self, *, api_version: str, field_selector: str, limit: int, continue_token: str | None
+    ) -> dict[str, Any]:
+        """GET a page of the cluster-wide List of Events (``events.k8s.io/v1`` or ``v1``)
+        matching ``field_selector``; 404 when that API is not served."""
         ...
 
     def read_lease(self, *, namespace: str, name: str) -> dict[str, Any] | None:
@@ -180,11 +195,23 @@ class KubernetesAPI:
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
         """See :meth:`KubeAPI.create_event`."""
-        if body.get("apiVersion") == "v1":
-            path = f"/api/v1/namespaces/{namespace}/events"
-        else:
-            path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
-        self._send("POST", path, body=body)
+        self._send("POST", _events_path(body.get("apiVersion"), namespace), body=body)
+
+    def patch_event(
+        self, *, namespace: str, name: str, api_version: str, patch: dict[str, Any]
+    ) -> None:
+        """See :meth:`KubeAPI.patch_event`."""
+        path = f"{_events_path(api_version, namespace)}/{name}"
+        self._send("PATCH", path, body=patch, content_type=STRATEGIC_MERGE_PATCH)
+
+    def list_events(
+        self, *, api_version: str, field_selector: str, limit: int, continue_token: str | None
+    ) -> dict[str, Any]:
+        """See :meth:`KubeAPI.list_events`."""
+        query: list[tuple[str, Any]] = [("fieldSelector", field_selector), ("limit", limit)]
+        if continue_token:
+            query.append(("continue", continue_token))
+        return self._json("GET", _events_path(api_version, None), query=query)
 
     def read_lease(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         """See :meth:`KubeAPI.read_lease`."""
@@ -421,6 +448,11 @@ def _raise_for(status: int, data: bytes) -> None:
     except ValueError:
         pass
     raise ApiError(status, reason)
+
+
+def _events_path(api_version: Any, namespace: str | None) -> str:
+    base = "/api/v1" if api_version == "v1" else "/apis/events.k8s.io/v1"
+    return f"{base}/events" if namespace is None else f"{base}/namespaces/{namespace}/events"
 
 
 def _lease_path(namespace: str, name: str | None) -> str:

@@ -65,8 +65,15 @@ STATUS_WRITES = Counter(
 )
 EVENTS_EMITTED = Counter(
     "node_ipam_lb_events",
-    "Events created on Services, by reason and result (success, error).",
+    "Events sent about Services, by reason and result (success: created, series: an"
+    " existing Event's series updated, error).",
     ["reason", "result"],
+    registry=REGISTRY,
+)
+EVENTS_DROPPED = Counter(
+    "node_ipam_lb_events_dropped",
+    "Events not sent, by cause (queue_full, spam: the per-Service spam filter, shutdown).",
+    ["cause"],
     registry=REGISTRY,
 )
 CERTIFICATE_EXPIRY = Gauge(

@@ -154,6 +154,39 @@ class MemoryAPI:
         with self.cond:
             self.events.append(copy.deepcopy(body))
 
+    def patch_event(
+        self, *, namespace: str, name: str, api_version: str, patch: dict[str, Any]
+    ) -> None:
+        self._call("patch events")
+        with self.cond:
+            for stored in self.events:
+                meta = stored["metadata"]
+                if (meta["namespace"], meta["name"], stored["apiVersion"]) == (
+                    namespace,
+                    name,
+                    api_version,
+                ):
+                    stored.update(copy.deepcopy(patch))
+                    return
+        raise ApiError(404, f'events.events.k8s.io "{name}" not found')
+
+    def list_events(
+        self, *, api_version: str, field_selector: str, limit: int, continue_token: str | None
+    ) -> dict[str, Any]:
+        """Every Event of ``api_version`` matching the ``k=v,...`` selector (top-level
+        fields only), in one page."""
+        self._call("list events")
+        if api_version == "events.k8s.io/v1" and not self.events_v1_served:
+            raise ApiError(404, "the server could not find the requested resource")
+        wanted = dict(term.split("=", 1) for term in field_selector.split(",") if term)
+        with self.cond:
+            items = [
+                copy.deepcopy(e)
+                for e in self.events
+                if e["apiVersion"] == api_version and all(e.get(k) == v for k, v in wanted.items())
+            ]
+        return {"items": items, "metadata": {"resourceVersion": str(self.version)}}
+
     def read_lease(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         self._call("get leases")
         with self.cond:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
 from app.controller.manager import Controller
@@ -327,7 +328,35 @@ def test_a_malformed_annotation_warns_once_and_leaves_the_status_alone(
     before = reconciles()
     kubectl.patch("services", "web", {"metadata": {"labels": {"touched": "yes"}}})
     wait_until(lambda: reconciles() > before, what="the edited Service reconciled again")
-    [event] = [r for r in fake_api.request_log() if r["resource"] == "events"]
+    [event] = [
+        r for r in fake_api.request_log() if r["resource"] == "events" and r["verb"] == "create"
+    ]
     assert event["group"] == "events.k8s.io"
     assert settled(fake_api, "web", ["192.0.2.7"])()
     assert status_patches(fake_api) == []
+
+
+def test_an_unchanged_warning_across_restarts_is_one_event_whose_series_counts_the_starts(
+    fake_api: FakeApiServer, run_controller: RunController
+) -> None:
+    """Issue 13: the same InvalidNodeSelector Warning used to be created at every start.
+    Now each start updates the existing Event's series (a PATCH the fake validates like
+    kube-apiserver's ValidateEventUpdate)."""
+    seed_three_nodes(fake_api)
+    fake_api.seed([service("web", selector="zone in (a")])
+    for start in range(1, 4):
+        controller = run_controller(f"pod-{start}", leader_elect=False)
+        wait_until(controller.ready, what="synced")
+        if start == 1:
+            wait_until(lambda: fake_api.requests().get("create events", 0) == 1, what="Event")
+        else:
+            wait_until(
+                lambda n=start: fake_api.requests().get("patch events", 0) == n - 1,  # type: ignore[misc]
+                what=f"series update of start {start}",
+            )
+        controller.stop(timeout=5)
+    assert fake_api.requests().get("create events", 0) == 1
+    url = f"{fake_api.url}/apis/events.k8s.io/v1/namespaces/default/events"
+    [event] = httpx.get(url, timeout=10).json()["items"]
+    assert event["reason"] == "InvalidNodeSelector"
+    assert event["series"]["count"] == 3

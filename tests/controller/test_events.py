@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -14,7 +15,9 @@ from app.controller.events import (
     truncate_note,
 )
 from app.kube.client import ApiError
+from app.telemetry import metrics
 from tests.controller.memory_api import MemoryAPI
+from tests.controller.support import wait_until
 
 
 def recorder(api: MemoryAPI) -> EventRecorder:
@@ -26,33 +29,32 @@ def warning(note: str) -> ServiceEvent:
 
 
 @pytest.mark.parametrize(
-    ("note", "expected"),
-    [
-        ("a" * 1024, "a" * 1024),
-        ("a" * 2000, "a" * 1024),
-        ("ü" * 2000, "ü" * 512),
-        ("a" + "ü" * 600, "a" + "ü" * 511),  # 1 + 511*2 = 1023: the next ü does not fit
-        ("€" * 400, "€" * 341),  # 3 bytes each: 1023
-        ("x\ud800y", "x?y"),  # a lone surrogate is not encodable: sent as "?"
-    ],
-    ids=["ascii-at-limit", "ascii-over", "two-byte", "odd-boundary", "three-byte", "surrogate"],
+    "note",
+    ["a" * 2000, "ü" * 2000, "a" + "ü" * 600, "€" * 400, "x\ud800y" * 600],
+    ids=["ascii-over", "two-byte", "odd-boundary", "three-byte", "surrogate"],
 )
-def test_a_long_note_is_cut_to_1024_utf8_bytes_at_a_character_boundary(
-    note: str, expected: str
-) -> None:
-    assert truncate_note(note) == expected
-    assert len(truncate_note(note).encode()) <= 1024
+def test_a_long_note_is_cut_in_the_middle_to_1024_utf8_bytes(note: str) -> None:
+    cut = truncate_note(note)
+    assert len(cut.encode()) <= 1024
+    assert "bytes omitted]" in cut
+    assert cut[0] == note[0] and cut[-1] == note[-1].replace("\ud800", "?")
+
+
+def test_a_note_within_the_limit_is_sent_as_is() -> None:
+    assert truncate_note("a" * 1024) == "a" * 1024
 
 
 @pytest.mark.parametrize("served", [True, False], ids=["events.k8s.io-v1", "core-v1"])
 def test_an_event_quoting_a_long_non_ascii_annotation_fits_the_api_limit(served: bool) -> None:
     api = MemoryAPI()
     api.events_v1_served = served
-    assert recorder(api).emit(namespace="default", name="web", event=warning("ü" * 2000))
+    events = recorder(api)
+    assert events.emit(namespace="default", name="web", event=warning("ü" * 2000 + " END"))
+    events.flush()
     [event] = api.events
     text = event["note"] if served else event["message"]
     assert len(text.encode()) <= 1024
-    assert text == "ü" * 512
+    assert text.startswith("üü") and text.endswith(" END")
 
 
 class NamespaceGoneAPI(MemoryAPI):
@@ -67,8 +69,9 @@ class NamespaceGoneAPI(MemoryAPI):
 def test_a_namespace_deleted_during_a_reconcile_does_not_switch_to_core_v1_events() -> None:
     api = NamespaceGoneAPI()
     events = recorder(api)
-    assert not events.emit(namespace="gone", name="web", event=warning("first"))
-    assert events.emit(namespace="default", name="web", event=warning("second"))
+    events.emit(namespace="gone", name="web", event=warning("first"))
+    events.emit(namespace="default", name="web", event=warning("second"))
+    events.flush()
     assert [e["apiVersion"] for e in api.events] == ["events.k8s.io/v1"]
 
 
@@ -88,3 +91,152 @@ def test_only_a_404_about_the_api_itself_means_events_k8s_io_is_not_served(
     status: int, reason: str, not_served: bool
 ) -> None:
     assert resource_not_served(ApiError(status, reason)) is not_served
+
+
+def normal(note: str) -> ServiceEvent:
+    return ServiceEvent("Normal", "IPsAssigned", "UpdateStatus", note)
+
+
+class BlockingAPI(MemoryAPI):
+    """``create_event`` waits until ``release`` is set (a slow or hung API server)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
+        self.entered.set()
+        assert self.release.wait(10)
+        super().create_event(namespace=namespace, body=body)
+
+
+def dropped(cause: str) -> float:
+    return (
+        metrics.REGISTRY.get_sample_value("node_ipam_lb_events_dropped_total", {"cause": cause})
+        or 0.0
+    )
+
+
+def test_emit_never_waits_for_the_api_server_and_a_full_queue_drops_with_a_counter() -> None:
+    api = BlockingAPI()
+    events = EventRecorder(api=api, identity="pod-a", queue_size=2)
+    events.start()
+    try:
+        assert events.emit(namespace="default", name="a", event=warning("x"))
+        assert api.entered.wait(5), "the sender thread took the first Event"
+        # The sender is stuck in create_event; emit still returns at once.
+        assert events.emit(namespace="default", name="b", event=warning("x"))
+        assert events.emit(namespace="default", name="c", event=warning("x"))
+        before = dropped("queue_full")
+        assert not events.emit(namespace="default", name="d", event=warning("x"))
+        assert dropped("queue_full") == before + 1
+        api.release.set()
+        assert events.flush(5)
+    finally:
+        api.release.set()
+        events.stop()
+    assert sorted(e["regarding"]["name"] for e in api.events) == ["a", "b", "c"]
+    # The dropped Event was not remembered as said: the next reconcile says it.
+    assert events.emit(namespace="default", name="d", event=warning("x"))
+
+
+def test_the_spam_filter_drops_a_services_events_beyond_its_burst() -> None:
+    api = MemoryAPI()
+    now = [0.0]
+    events = EventRecorder(
+        api=api, identity="pod-a", spam_burst=3, spam_refill_seconds=300, monotonic=lambda: now[0]
+    )
+    before = dropped("spam")
+    sent = [events.emit(namespace="default", name="web", event=normal(f"{i}")) for i in range(5)]
+    assert sent == [True, True, True, False, False]
+    assert dropped("spam") == before + 2
+    assert events.emit(namespace="default", name="other", event=normal("0")), "per Service"
+    now[0] = 300.0  # one token back
+    assert events.emit(namespace="default", name="web", event=normal("5"))
+    events.flush()
+    assert len(api.events) == 5
+
+
+def test_a_repeated_event_updates_the_series_of_the_first_one() -> None:
+    api = MemoryAPI()
+    clock = [1e9]
+    events = EventRecorder(api=api, identity="pod-a", clock=lambda: clock[0])
+    for note in ["A", "B", "A"]:
+        clock[0] += 10
+        events.emit(namespace="default", name="web", event=warning(note))
+        events.flush()
+    assert [e["note"] for e in api.events] == ["A", "B"]
+    assert api.events[0]["series"] == {
+        "count": 2,
+        "lastObservedTime": "2001-09-09T01:47:10.000000Z",
+    }
+    assert api.calls["patch events"] == 1
+
+
+def test_later_repeats_are_counted_and_sent_by_the_periodic_series_refresh() -> None:
+    api = MemoryAPI()
+    now = [0.0]
+    events = EventRecorder(
+        api=api, identity="pod-a", monotonic=lambda: now[0], series_refresh_seconds=60
+    )
+    for note in ["A", "B", "A", "B", "A"]:
+        events.emit(namespace="default", name="web", event=warning(note))
+    events.flush()
+    # A: created, first repeat sent at once (2), the next one waits; B: created, repeat (2).
+    assert [e["series"]["count"] for e in api.events] == [2, 2]
+    now[0] = 61.0
+    events.start()
+    try:
+        wait_until(lambda: api.events[0]["series"]["count"] == 3, what="refresh sent A's count")
+    finally:
+        events.stop()
+    assert api.calls["patch events"] == 3
+
+
+def test_a_new_term_updates_the_series_of_the_event_an_earlier_process_created() -> None:
+    api = MemoryAPI()
+    first = recorder(api)
+    first.emit(namespace="default", name="web", event=warning("bad selector"))
+    first.flush()
+    for start in range(2, 8):  # six more starts, each a new process and term
+        restarted = recorder(api)
+        restarted.reset()
+        restarted.emit(namespace="default", name="web", event=warning("bad selector"))
+        restarted.flush()
+        assert [e["series"]["count"] for e in api.events] == [start]
+    assert len(api.events) == 1, "7 starts, one Event"
+
+
+def test_a_series_whose_event_is_gone_creates_it_again_with_its_count() -> None:
+    api = MemoryAPI()
+    events = recorder(api)
+    for note in ["A", "B"]:
+        events.emit(namespace="default", name="web", event=warning(note))
+    events.flush()
+    api.events.pop(0)  # A expired (--event-ttl)
+    events.emit(namespace="default", name="web", event=warning("A"))
+    events.flush()
+    assert [(e["note"], (e.get("series") or {}).get("count")) for e in api.events] == [
+        ("B", None),
+        ("A", 2),
+    ]
+
+
+def test_without_events_k8s_io_the_series_is_kept_in_core_v1_count() -> None:
+    api = MemoryAPI()
+    api.events_v1_served = False
+    events = recorder(api)
+    for note in ["A", "B", "A"]:
+        events.emit(namespace="default", name="web", event=warning(note))
+        events.flush()
+    assert [(e["message"], e["count"]) for e in api.events] == [("A", 2), ("B", 1)]
+
+
+def test_priming_failure_still_creates_events() -> None:
+    api = MemoryAPI()
+    api.fail("list events", 500)
+    events = recorder(api)
+    events.emit(namespace="default", name="web", event=warning("x"))
+    events.flush()
+    assert len(api.events) == 1

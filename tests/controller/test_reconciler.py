@@ -48,6 +48,7 @@ class World:
 
     def reconcile(self, key: str) -> float | None:
         result = self.reconciler.reconcile(key)
+        self.recorder.flush()  # no sender thread here: send what was queued, in order
         self.sync_service(key) if self.api.get("services", key) else None
         return result
 
@@ -173,8 +174,11 @@ def test_events_follow_state_changes_only(world: World) -> None:
     world.reconcile("default/web")
     world.apply("services", service("web", selector="kubernetes.io/hostname=worker-1"))
     world.reconcile("default/web")
-    assert world.reasons() == ["IPsAssigned", "NoEligibleNodes", "IPsAssigned"]
+    # Back to the first outcome: the first Event's series counts it, no third Event.
+    assert world.reasons() == ["IPsAssigned", "NoEligibleNodes"]
     assert world.api.events[0]["note"] == "Assigned IPs: 10.0.0.1"
+    assert world.api.events[0]["series"]["count"] == 2
+    assert world.api.calls["patch events"] == 1
     body = world.api.events[0]
     assert body["apiVersion"] == "events.k8s.io/v1"
     assert body["reportingController"] == "node-ipam-lb.io/controller"
@@ -306,3 +310,42 @@ def test_the_reconciler_explains_a_selection_exactly_like_preview(
     assert "from 1 of 3 node(s)" in preview.reason
     [written] = [r for r in caplog.records if r.getMessage().endswith("written")]
     assert written.__dict__["fields"]["reason"] == preview.reason
+
+
+def test_nodes_hidden_by_the_external_ip_preference_get_a_warning_naming_them() -> None:
+    world = World()
+    world.apply("nodes", node("edge", internal=["10.0.0.1"], external=["198.51.100.1"]))
+    for i in range(2, 7):
+        world.apply("nodes", node(f"worker-{i}", internal=[f"10.0.0.{i}"]))
+    world.apply("services", service("web"))
+    world.reconcile("default/web")
+    assert world.api.ingress("default/web") == ["198.51.100.1"]
+    assert world.reasons() == ["IPsAssigned", "ExternalIPPreferred"]
+    warning = world.api.events[1]
+    assert warning["type"] == "Warning"
+    assert "5 eligible node(s) are not advertised" in warning["note"]
+    assert "worker-2, worker-3, worker-4 and 2 more" in warning["note"]
+    world.reconcile("default/web")
+    assert len(world.api.events) == 2, "nothing changed: nothing said"
+    # The preference no longer hides anything: no Warning; when it hides again, it is said.
+    world.apply("nodes", node("edge", internal=["10.0.0.1"]))
+    world.reconcile("default/web")
+    world.apply("nodes", node("edge", internal=["10.0.0.1"], external=["198.51.100.1"]))
+    world.reconcile("default/web")
+    assert world.api.events[1]["series"]["count"] == 2
+
+
+def test_a_huge_malformed_selector_keeps_the_reason_whole_in_the_event_note(
+    world: World,
+) -> None:
+    selector = "zone in (a" + ",b" * 100_000
+    world.apply("services", service("web", selector=selector))
+    world.reconcile("default/web")
+    [event] = world.api.events
+    note = event["note"]
+    assert len(note.encode()) <= 1024
+    assert note.startswith("metadata.annotations[io.cilium.nodeipam/match-node-labels]")
+    assert "characters omitted]" in note
+    error = world.reconciler._errors["default/web"]  # the full text select() gave
+    reason = error.rsplit('": ', 1)[1]
+    assert note.endswith(f'": {reason}'), (note[-200:], reason)

@@ -106,6 +106,10 @@ class Cluster:
                 name_errors += event_rules.create_errors(obj)
             if name_errors:
                 raise errors.invalid(res.kind, meta.get("name", ""), name_errors, group=res.group)
+        elif res.group == "events.k8s.io" and res.plural == "events":
+            update_errors = event_rules.update_errors(obj, old)
+            if update_errors:
+                raise errors.invalid(res.kind, meta.get("name", ""), update_errors, group=res.group)
         if res is SERVICES:
             service_rules.apply_defaults(obj, self.allocator)
             service_rules.validate(obj, old)

@@ -1,14 +1,19 @@
-"""Create-time validation of ``events.k8s.io/v1`` Events, like kube-apiserver.
+"""Create and update validation of ``events.k8s.io/v1`` Events, like kube-apiserver.
 
-kubernetes ``pkg/apis/core/validation/events.go`` ``ValidateEventCreate`` for a request
-in ``events.k8s.io/v1``: ``legacyValidateEvent`` (the branch for an Event with
-``eventTime``) plus the strict checks. Field paths are the internal type's, as the real
-server reports them: ``note`` is ``message``, ``regarding`` is ``involvedObject``,
-``deprecatedCount`` is ``count``, ``deprecatedSource`` is ``source``.
+kubernetes ``pkg/apis/core/validation/events.go`` for a request in ``events.k8s.io/v1``:
+``ValidateEventCreate`` is ``legacyValidateEvent`` (the branch for an Event with
+``eventTime``) plus the strict checks and ``validateV1EventSeries``;
+``ValidateEventUpdate`` (a PUT or PATCH, e.g. client-go's series update) is
+``legacyValidateEvent`` of the new Event, ``validateV1EventSeries`` when ``series``
+changed, and every field but ``series`` and metadata immutable. Field paths are the
+internal type's, as the real server reports them: ``note`` is ``message``, ``regarding``
+is ``involvedObject``, ``deprecatedCount`` is ``count``, ``deprecatedSource`` is
+``source``.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.fakeapi.service_rules import Cause, qualified_name_errors
@@ -39,8 +44,22 @@ def _text(event: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def create_errors(event: dict[str, Any]) -> list[Cause]:
-    """Field errors ``(field, reason, body)`` of creating ``event`` (events.k8s.io/v1)."""
+def _series_errors(event: dict[str, Any]) -> list[Cause]:
+    """``validateV1EventSeries``: a series counts at least 2 and has a lastObservedTime."""
+    series = event.get("series")
+    if not isinstance(series, dict):
+        return []
+    causes: list[Cause] = []
+    count = series.get("count")
+    if not isinstance(count, int) or count < 2:
+        causes.append(_invalid("series.count", "should be at least 2"))
+    if not series.get("lastObservedTime"):
+        causes.append(_required("series.lastObservedTime"))
+    return causes
+
+
+def _legacy_errors(event: dict[str, Any]) -> list[Cause]:
+    """``legacyValidateEvent`` for an Event with ``eventTime`` (the events.k8s.io form)."""
     causes: list[Cause] = []
     namespace = event.get("metadata", {}).get("namespace", "")
     if not event.get("eventTime"):
@@ -63,6 +82,12 @@ def create_errors(event: dict[str, Any]) -> list[Cause]:
                 causes.append(_required(path))
             causes += _length(_text(event, key), path, limit)
         causes += _length(_text(event, "note"), "message", NOTE_LENGTH_LIMIT)
+    return causes
+
+
+def create_errors(event: dict[str, Any]) -> list[Cause]:
+    """Field errors ``(field, reason, body)`` of creating ``event`` (events.k8s.io/v1)."""
+    causes = _legacy_errors(event) + _series_errors(event)
     kind = event.get("type")
     if kind not in ("Normal", "Warning"):
         causes.append(_invalid("type", f"has invalid value: {kind if kind is not None else ''}"))
@@ -76,4 +101,39 @@ def create_errors(event: dict[str, Any]) -> list[Cause]:
     source = event.get("deprecatedSource")
     if isinstance(source, dict) and (source.get("component") or source.get("host")):
         causes.append(_invalid("source", "needs to be unset"))
+    return causes
+
+
+# events.k8s.io/v1 field -> the internal field path the real server reports.
+_IMMUTABLE = (
+    ("regarding", "involvedObject"),
+    ("reason", "reason"),
+    ("note", "message"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+    ("type", "type"),
+    ("eventTime", "eventTime"),
+    ("action", "action"),
+    ("related", "related"),
+    ("reportingController", "reportingController"),
+    ("reportingInstance", "reportingInstance"),
+)
+
+
+def update_errors(new: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
+    """Field errors of updating ``old`` to ``new`` (a PUT or PATCH in events.k8s.io/v1):
+    ``ValidateEventUpdate``. Only ``series`` (and metadata) may change; a changed series
+    must count at least 2 and carry ``lastObservedTime``. An immutable field's message is
+    ``Invalid value: <new value>: field is immutable`` (the value as JSON here, Go's
+    ``%#v`` on the real server for structs)."""
+    causes = _legacy_errors(new)
+    if new.get("series") != old.get("series"):
+        causes += _series_errors(new)
+    for key, path in _IMMUTABLE:
+        if new.get(key) != old.get(key):
+            shown = json.dumps(new.get(key)) if new.get(key) is not None else '""'
+            message = f"Invalid value: {shown}: field is immutable"
+            causes.append((path, "FieldValueInvalid", message))
     return causes

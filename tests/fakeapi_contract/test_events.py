@@ -119,3 +119,87 @@ def test_complete_event_is_stored(post: Post) -> None:
     response = post(event(note="é" * 512))
     assert response.status_code == 201, response.text
     assert response.json()["action"] == "Select"
+
+
+SERIES = {"count": 2, "lastObservedTime": "2026-01-01T00:05:00.000000Z"}
+
+
+@pytest.fixture
+def patch_event(fake_api: FakeApiServer, post: Post) -> Callable[[dict[str, Any]], httpx.Response]:
+    """Create the valid Event ``default/web.1``, then PATCH it (strategic merge, as
+    client-go's series update does)."""
+    assert post(event()).status_code == 201
+
+    def send(body: dict[str, Any]) -> httpx.Response:
+        url = f"{fake_api.url}/apis/events.k8s.io/v1/namespaces/default/events/web.1"
+        headers = {"Content-Type": "application/strategic-merge-patch+json"}
+        return httpx.patch(url, json=body, headers=headers, timeout=10)
+
+    return send
+
+
+def test_a_series_update_is_accepted_and_stored(
+    patch_event: Callable[[dict[str, Any]], httpx.Response],
+) -> None:
+    response = patch_event({"series": SERIES})
+    assert response.status_code == 200, response.text
+    assert response.json()["series"] == SERIES
+    again = patch_event({"series": {**SERIES, "count": 3}})
+    assert again.status_code == 200, again.text
+    assert again.json()["series"]["count"] == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ({"series": {**SERIES, "count": 1}}, "series.count", "should be at least 2"),
+        ({"series": {"count": 2}}, "series.lastObservedTime", "Required value"),
+        ({"note": "something else"}, "message", "field is immutable"),
+        ({"reason": "Other"}, "reason", "field is immutable"),
+        ({"type": "Normal"}, "type", "field is immutable"),
+        ({"action": "Other"}, "action", "field is immutable"),
+        ({"eventTime": "2026-01-01T00:00:01.000000Z"}, "eventTime", "field is immutable"),
+        ({"reportingInstance": "other"}, "reportingInstance", "field is immutable"),
+        ({"regarding": {"name": "other"}}, "involvedObject", "field is immutable"),
+    ],
+    ids=[
+        "series count 1",
+        "series without lastObservedTime",
+        "note changed",
+        "reason changed",
+        "type changed",
+        "action changed",
+        "eventTime changed",
+        "reportingInstance changed",
+        "regarding changed",
+    ],
+)
+def test_an_event_update_is_validated_like_validate_event_update(
+    patch_event: Callable[[dict[str, Any]], httpx.Response],
+    body: dict[str, Any],
+    field: str,
+    message: str,
+) -> None:
+    response = patch_event(body)
+    assert response.status_code == 422, response.text
+    status = response.json()
+    causes = [c["message"] for c in status["details"]["causes"] if c["field"] == field]
+    assert any(message in cause for cause in causes), status["message"]
+
+
+def test_creating_an_event_with_a_series_of_one_is_invalid(post: Post) -> None:
+    status = create(post, event(series={**SERIES, "count": 1}))
+    assert "series.count: Invalid value" in status["message"]
+
+
+def test_events_are_listed_by_field_selector_on_reporting_controller_and_type(
+    fake_api: FakeApiServer, post: Post
+) -> None:
+    assert post(event()).status_code == 201
+    other = event(reportingController="example.com/other")
+    other["metadata"] = {"name": "web.2", "namespace": "default"}
+    assert post(other).status_code == 201
+    url = f"{fake_api.url}/apis/events.k8s.io/v1/events"
+    selector = "reportingController=io.cilium/node-ipam-lb,type=Warning"
+    listed = httpx.get(url, params={"fieldSelector": selector}, timeout=10).json()
+    assert [e["metadata"]["name"] for e in listed["items"]] == ["web.1"]
