@@ -222,6 +222,26 @@ def report(result: ColdStart, scale: Scale) -> str:
     )
 
 
+CILIUM_POLICY = "NODE_IPAM_CILIUM_COMPAT_FANOUT"
+"""Benchmark-only setting: Cilium's policy (every reconcile writes, bench/README.md)."""
+
+
+def side_by_side(ours: ColdStart, cilium: ColdStart) -> str:
+    """Our cold start next to the Cilium-policy one: CPU until quiet (target: ours ≤ 7 s
+    and ≤ 0.5 x Cilium's), writes, wall time, peak RSS (target ≤ 200 MB)."""
+    rows = [
+        ("serve CPU until quiet (s)", ours.serve_cpu_quiet, cilium.serve_cpu_quiet),
+        ("serve CPU until written (s)", ours.serve_cpu, cilium.serve_cpu),
+        ("status writes", ours.writes, cilium.writes),
+        ("every status written (s)", ours.written_after, cilium.written_after),
+        ("peak RSS (MB)", ours.peak_rss_mb, cilium.peak_rss_mb),
+    ]
+    lines = [f"  {'cold start':30} {'node-ipam-lb':>12} {'Cilium policy':>14} {'ratio':>7}"]
+    for label, a, b in rows:
+        lines.append(f"  {label:30} {a:12.2f} {b:14.2f} {a / b if b else 0.0:7.2f}")
+    return "\n".join(lines)
+
+
 def parse_scale(args: argparse.Namespace) -> Scale:
     """The :class:`Scale` the scale flags ask for."""
     return Scale(nodes=args.nodes, managed=args.services, unmanaged=args.unmanaged)
@@ -234,6 +254,11 @@ def add_scale_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unmanaged", type=int, default=1000)
     parser.add_argument("--profile", action="store_true", help="py-spy on serve")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
+    parser.add_argument(
+        "--cilium",
+        action="store_true",
+        help="also run the cold start under Cilium's policy and print both side by side",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -248,9 +273,19 @@ def main(argv: list[str] | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         result = run_cold_start(scale=scale, workdir=workdir, profile=args.profile)
         try:
-            print(report(result, scale))
+            print(report(result, scale), flush=True)
         finally:
             result.stop()
+        if args.cilium:
+            cilium = run_cold_start(
+                scale=scale, workdir=workdir / "cilium", env={CILIUM_POLICY: "true"}
+            )
+            try:
+                print("the same cold start under Cilium's policy (same run):")
+                print(report(cilium, scale), flush=True)
+            finally:
+                cilium.stop()
+            print(side_by_side(result, cilium))
     print(f"machine at the end: {machine()}")
 
 

@@ -32,6 +32,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from app.controller.cache import ClusterCache, service_key
@@ -42,11 +43,12 @@ from app.controller.events import (
     EventRecorder,
     ServiceEvent,
 )
+from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import Selection, is_managed, select
 from app.core.options import SelectionSettings
 from app.core.status import ingress_differs
 from app.core.text import elide, elide_bytes
-from app.core.views import ServiceView
+from app.core.views import EndpointSliceView, ServiceView
 from app.kube.client import ApiError, KubeAPI
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
@@ -124,6 +126,99 @@ def invalid_selector_note(error: str, value: str | None) -> str:
     return prefix + elide_bytes(reason, room)
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a reconcile needs from a :class:`~app.core.nodeipam.Selection`, without its
+    per-Node verdicts (so it can be kept for many selectors at little memory):
+    ``ingress`` (``None`` with ``error``), ``reason``, ``recheck_at`` (epoch seconds or
+    ``None``), and the notes of the ``NoEligibleNodes`` and ``ExternalIPPreferred``
+    Warnings (``None`` when they do not apply)."""
+
+    ingress: tuple[dict[str, str], ...] | None
+    error: str | None
+    reason: str
+    recheck_at: float | None
+    empty_note: str | None
+    hidden_note: str | None
+
+    @classmethod
+    def of(cls, selection: Selection) -> Outcome:
+        """The outcome of ``selection`` (the notes are derived here, once)."""
+        empty = selection.ingress is not None and not selection.ingress
+        return cls(
+            ingress=selection.ingress,
+            error=selection.error,
+            reason=selection.reason,
+            recheck_at=selection.recheck_at,
+            empty_note=no_eligible_nodes_note(selection) if empty else None,
+            hidden_note=external_ip_preferred_note(selection) if selection.ingress else None,
+        )
+
+
+MAX_SHARED = 4096
+"""Distinct selection inputs whose Outcome is kept per Node snapshot (then it is cleared)."""
+
+
+class SharedSelections:
+    """One :func:`~app.core.nodeipam.select` per distinct input, shared by every Service
+    that has it: per Node snapshot (the cache's :class:`~app.core.nodeindex.NodeIndex`, by
+    identity), the Outcome is kept by the Service's selection inputs *without* its
+    namespace and name (``select`` reads those only to pick the Service's EndpointSlices,
+    which only ``externalTrafficPolicy: Local`` uses, so Local Services are never shared).
+    An Outcome is reused only before its ``recheck_at`` (NotReady grace period). Thread-safe;
+    ``select`` runs outside the lock. At most :data:`MAX_SHARED` entries, then cleared."""
+
+    def __init__(self, settings: SelectionSettings) -> None:
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._index: object | None = None
+        self._outcomes: dict[ServiceView, Outcome] = {}
+
+    def outcome(
+        self,
+        service: ServiceView,
+        index: NodeIndex,
+        endpoint_slices: Sequence[EndpointSliceView],
+        now: float,
+    ) -> Outcome:
+        """The Outcome of ``select`` for ``service`` (see the class docstring)."""
+        if service.external_traffic_policy == "Local":
+            return self._select(service, index, endpoint_slices, now)
+        key = dataclasses.replace(
+            service, namespace="", name="", ingress=None, resource_version=None
+        )
+        with self._lock:
+            if self._index is not index:
+                self._index = index
+                self._outcomes = {}
+            found = self._outcomes.get(key)
+        if found is not None and (found.recheck_at is None or now < found.recheck_at):
+            return found
+        outcome = self._select(service, index, (), now)
+        with self._lock:
+            if self._index is index:
+                if len(self._outcomes) >= MAX_SHARED:
+                    self._outcomes = {}
+                self._outcomes[key] = outcome
+        return outcome
+
+    def _select(
+        self,
+        service: ServiceView,
+        index: NodeIndex,
+        endpoint_slices: Sequence[EndpointSliceView],
+        now: float,
+    ) -> Outcome:
+        selection = select(
+            service=service,
+            nodes=index,
+            endpoint_slices=endpoint_slices,
+            settings=self._settings,
+            now=now,
+        )
+        return Outcome.of(selection)
+
+
 class Reconciler:
     """Reconciles Service keys; safe to call from several worker threads (one key is never
     processed by two workers at once: the work queue guarantees it)."""
@@ -151,6 +246,7 @@ class Reconciler:
         self._lock = threading.Lock()
         self._written: dict[str, tuple[str | None, tuple[dict[str, str], ...]]] = {}
         self._errors: dict[str, str] = {}
+        self._shared = SharedSelections(settings)
 
     def is_own_write(self, old: ServiceView | None, new: ServiceView) -> bool:
         """True when ``new`` differs from ``old`` only by the status this reconciler last
@@ -179,27 +275,26 @@ class Reconciler:
             self._forget(key, namespace, name)
             return None
         now = self._wall()
-        selection = select(
-            service=service,
-            nodes=self._cache.node_index(),
-            endpoint_slices=self._cache.endpoint_slices(namespace, name),
-            settings=self._settings,
-            now=now,
+        slices = (
+            self._cache.endpoint_slices(namespace, name)
+            if service.external_traffic_policy == "Local"
+            else []
         )
-        if selection.error is not None or selection.ingress is None:
-            self._invalid_selector(key, selection, service.match_node_labels)
+        outcome = self._shared.outcome(service, self._cache.node_index(), slices, now)
+        if outcome.error is not None or outcome.ingress is None:
+            self._invalid_selector(key, namespace, name, outcome, service.match_node_labels)
             return None
         with self._lock:
             self._errors.pop(key, None)
         wrote = False
-        if self._always_write or ingress_differs(selection.ingress, self._stored(key, service)):
-            wrote = self._write(key, service.resource_version, selection)
+        if self._always_write or ingress_differs(outcome.ingress, self._stored(key, service)):
+            wrote = self._write(key, namespace, name, service.resource_version, outcome)
             if not wrote:
                 return None
-        self._report(selection, wrote=wrote)
-        if selection.recheck_at is None:
+        self._report(namespace, name, outcome, wrote=wrote)
+        if outcome.recheck_at is None:
             return None
-        return max(selection.recheck_at - now, 0.0)
+        return max(outcome.recheck_at - now, 0.0)
 
     def _stored(self, key: str, service: ServiceView) -> tuple[Mapping[str, Any], ...] | None:
         """The ingress the API server holds as far as we know: what we last wrote while the
@@ -212,7 +307,9 @@ class Reconciler:
             return written[1]
         return service.ingress
 
-    def _write(self, key: str, version: str | None, selection: Selection) -> bool:
+    def _write(
+        self, key: str, namespace: str, name: str, version: str | None, selection: Outcome
+    ) -> bool:
         assert selection.ingress is not None
         if not self._is_leader():
             return False  # lost the Lease since the key was taken: no write, ever
@@ -222,9 +319,7 @@ class Reconciler:
             self._written[key] = (version, selection.ingress)
         try:
             self._api.patch_service_status(
-                namespace=selection.namespace,
-                name=selection.name,
-                patch=status_patch(selection.ingress),
+                namespace=namespace, name=name, patch=status_patch(selection.ingress)
             )
         except ApiError as err:
             with self._lock:
@@ -255,44 +350,47 @@ class Reconciler:
         )
         return True
 
-    def _report(self, selection: Selection, *, wrote: bool) -> None:
-        assert selection.ingress is not None
-        if selection.ingress:
-            ips = ", ".join(entry["ip"] for entry in selection.ingress)
+    def _report(self, namespace: str, name: str, outcome: Outcome, *, wrote: bool) -> None:
+        assert outcome.ingress is not None
+        if outcome.ingress:
+            ips = ", ".join(entry["ip"] for entry in outcome.ingress)
             event = ServiceEvent(NORMAL, "IPsAssigned", "UpdateStatus", f"Assigned IPs: {ips}")
         else:
-            note = no_eligible_nodes_note(selection)
+            note = outcome.empty_note or outcome.reason
             event = ServiceEvent(WARNING, "NoEligibleNodes", "SelectNodes", note)
         # IPsAssigned only accompanies a write (no burst of Events on every restart);
         # NoEligibleNodes tells why a Service stays pending even when nothing is written.
         self._recorder.emit(
-            namespace=selection.namespace,
-            name=selection.name,
+            namespace=namespace,
+            name=name,
             event=event,
             record_only=not wrote and event.reason == "IPsAssigned",
         )
-        hidden = external_ip_preferred_note(selection)
-        if hidden is None:
-            self._recorder.clear(selection.namespace, selection.name, EXTERNAL_IP_SLOT)
+        if outcome.hidden_note is None:
+            self._recorder.clear(namespace, name, EXTERNAL_IP_SLOT)
         else:
             self._recorder.emit(
-                namespace=selection.namespace,
-                name=selection.name,
-                event=ServiceEvent(WARNING, "ExternalIPPreferred", "SelectNodes", hidden),
+                namespace=namespace,
+                name=name,
+                event=ServiceEvent(
+                    WARNING, "ExternalIPPreferred", "SelectNodes", outcome.hidden_note
+                ),
                 slot=EXTERNAL_IP_SLOT,
             )
 
-    def _invalid_selector(self, key: str, selection: Selection, value: str | None) -> None:
-        error = selection.error or selection.reason
+    def _invalid_selector(
+        self, key: str, namespace: str, name: str, outcome: Outcome, value: str | None
+    ) -> None:
+        error = outcome.error or outcome.reason
         with self._lock:
             new = self._errors.get(key) != error
             self._errors[key] = error
         if new:
             log_event(LOG, "invalid node selector", level=logging.WARNING, service=key, error=error)
-        self._recorder.clear(selection.namespace, selection.name, EXTERNAL_IP_SLOT)
+        self._recorder.clear(namespace, name, EXTERNAL_IP_SLOT)
         self._recorder.emit(
-            namespace=selection.namespace,
-            name=selection.name,
+            namespace=namespace,
+            name=name,
             event=ServiceEvent(
                 WARNING, "InvalidNodeSelector", "SelectNodes", invalid_selector_note(error, value)
             ),

@@ -43,6 +43,9 @@ WebhookKind = Literal["mutatingwebhookconfigurations", "validatingwebhookconfigu
 WEBHOOK_CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1"
 
 
+_UNSET = object()
+
+
 class ApiError(Exception):
     """A failed API call.
 
@@ -165,6 +168,8 @@ class KubernetesAPI:
         self._timeout = request_timeout
         self._auth_lock = threading.Lock()
         self._auth: tuple[float, dict[str, str]] | None = None
+        self._connection_pool: Any = _UNSET
+        self._prefix = ""
 
     def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
         """See :meth:`KubeAPI.list_page`."""
@@ -334,6 +339,22 @@ class KubernetesAPI:
                 self._auth = (now, headers)
             return self._auth[1]
 
+    def _pool(self) -> Any:
+        """The client's keep-alive connection pool for the API server (TLS settings,
+        retries and pool size as the ``kubernetes`` client configured its
+        ``PoolManager``), looked up once; ``None`` behind a proxy (the proxy manager
+        then routes each request)."""
+        if self._connection_pool is _UNSET:
+            manager = self._client.rest_client.pool_manager
+            pool = None
+            if not isinstance(manager, urllib3.ProxyManager):
+                host = self._client.configuration.host
+                pool = manager.connection_from_url(host)
+                self._prefix = urllib3.util.parse_url(host).path or ""
+                self._prefix = self._prefix.rstrip("/")
+            self._connection_pool = pool
+        return self._connection_pool
+
     def _call(
         self,
         method: str,
@@ -358,16 +379,30 @@ class KubernetesAPI:
             headers = {**self._auth_headers(), "Accept": "application/json"}
             if body is not None:
                 headers["Content-Type"] = content_type
-            url = client.configuration.host + path
             if query:
-                url += "?" + urlencode(query)
-            return client.rest_client.pool_manager.request(
+                path += "?" + urlencode(query)
+            data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+            pool = self._pool()
+            if pool is None:
+                return client.rest_client.pool_manager.request(
+                    method,
+                    client.configuration.host + path,
+                    body=data,
+                    headers=headers,
+                    timeout=urllib3.Timeout(connect=connect, read=read),
+                    preload_content=False,
+                )
+            # What PoolManager.urlopen does for one host, without re-parsing the URL and
+            # re-deriving the pool key on every call.
+            return pool.urlopen(
                 method,
-                url,
-                body=None if body is None else json.dumps(body, separators=(",", ":")),
+                self._prefix + path,
+                body=data,
                 headers=headers,
                 timeout=urllib3.Timeout(connect=connect, read=read),
                 preload_content=False,
+                assert_same_host=False,
+                redirect=False,
             )
         except Exception as err:  # urllib3/ssl/socket errors, a failing token refresh
             raise ApiError(0, f"{method} {path}: {err}") from err

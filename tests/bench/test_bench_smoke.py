@@ -88,3 +88,29 @@ def test_admission_loads_run_without_errors_against_serve_and_ceiling(tmp_path: 
     assert serve_answer.startswith("allowed") and ceiling_answer.startswith("allowed")
     for load in [*serve, *ceiling]:
         assert load.errors == 0 and load.requests_per_second > 0, load
+
+
+def test_restart_on_a_synced_cluster_writes_nothing_and_creates_no_event(tmp_path: Path) -> None:
+    from bench.bench_restart import restart, restart_report
+
+    run = run_cold_start(scale=TINY, workdir=tmp_path, timeout=60, log=False)
+    try:
+        result = restart(run, workdir=tmp_path, timeout=60)
+    finally:
+        run.stop()
+    assert result.mismatched == [] and result.unmanaged_written == 0
+    assert (result.writes, result.events) == (0, 0)
+    assert restart_report(result, len(run.expected)).splitlines()[-1].startswith(
+        "restart: writes 0 events 0 cpu "
+    )
+
+
+def test_growth_table_and_plot(tmp_path: Path) -> None:
+    from bench import bench_growth
+
+    points = [bench_growth.measure(20, tmp_path / "20", timeout=60)]
+    points.append(bench_growth.measure(40, tmp_path / "40", timeout=60))
+    assert [p.services for p in points] == [40, 80] and all(p.correct for p in points)
+    assert "all right" in bench_growth.table(points)
+    bench_growth.plot(points, tmp_path / "growth.png")
+    assert (tmp_path / "growth.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
