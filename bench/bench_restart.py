@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             run.stop()
         if args.cilium:
+            (workdir / "cilium").mkdir(exist_ok=True)
             cilium = run_cold_start(
                 scale=scale, workdir=workdir / "cilium", env={CILIUM_POLICY: "true"}
             )
