@@ -242,6 +242,23 @@ def side_by_side(ours: ColdStart, cilium: ColdStart) -> str:
     return "\n".join(lines)
 
 
+def cilium_side_by_side(ours: ColdStart, scale: Scale, workdir: Path) -> str:
+    """Run the same cold start under Cilium's policy (in ``workdir/cilium``) and return its
+    report followed by :func:`side_by_side` with ``ours``."""
+    (workdir / "cilium").mkdir(exist_ok=True)
+    cilium = run_cold_start(
+        scale=scale, workdir=workdir / "cilium", env={CILIUM_POLICY: "true"}, log=False
+    )
+    cilium.stop()
+    return "\n".join(
+        [
+            "the same cold start under Cilium's policy (same run):",
+            report(cilium, scale),
+            side_by_side(ours, cilium),
+        ]
+    )
+
+
 def parse_scale(args: argparse.Namespace) -> Scale:
     """The :class:`Scale` the scale flags ask for."""
     return Scale(nodes=args.nodes, managed=args.services, unmanaged=args.unmanaged)
@@ -277,16 +294,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             result.stop()
         if args.cilium:
-            (workdir / "cilium").mkdir(exist_ok=True)
-            cilium = run_cold_start(
-                scale=scale, workdir=workdir / "cilium", env={CILIUM_POLICY: "true"}
-            )
-            try:
-                print("the same cold start under Cilium's policy (same run):")
-                print(report(cilium, scale), flush=True)
-            finally:
-                cilium.stop()
-            print(side_by_side(result, cilium))
+            print(cilium_side_by_side(result, scale, workdir), flush=True)
     print(f"machine at the end: {machine()}")
 
 

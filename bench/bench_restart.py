@@ -24,15 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.bench_cold_start import (
-    CILIUM_POLICY,
     WRITES,
     ColdStart,
     add_scale_flags,
     check_statuses,
+    cilium_side_by_side,
     parse_scale,
     report,
     run_cold_start,
-    side_by_side,
     wait_quiet,
 )
 from bench.procs import machine, start_serve, wait_for
@@ -156,13 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             run.stop()
         if args.cilium:
-            (workdir / "cilium").mkdir(exist_ok=True)
-            cilium = run_cold_start(
-                scale=scale, workdir=workdir / "cilium", env={CILIUM_POLICY: "true"}
-            )
-            cilium.stop()
-            print("cold start, the same cluster under Cilium's policy (same run):")
-            print(side_by_side(run, cilium))
+            print(cilium_side_by_side(run, scale, workdir), flush=True)
     print(f"machine at the end: {machine()}")
     print(restart_report(result, len(run.expected)))
 
