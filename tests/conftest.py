@@ -8,6 +8,9 @@ import pytest
 
 from tests.fakeapi import FakeApiServer
 
+# The session fixture ``control_plane`` (a real kube-apiserver + etcd): tests/controlplane/.
+pytest_plugins = ["tests.controlplane.pytest_plugin"]
+
 
 @pytest.fixture
 def fake_api() -> Iterator[FakeApiServer]:

@@ -1,0 +1,378 @@
+"""Build (or find in the cache) the kube-apiserver and etcd binaries the real-API tier runs.
+
+Standard library only, so ``python3 -m tests.controlplane build`` works before any
+virtualenv exists (``.ci/run`` runs it first).
+
+The binaries are built from two small Go modules in ``tests/controlplane/go/``:
+``kube/`` (``k8s.io/kubernetes`` with every staging module mapped to its published tag) and
+``etcd/`` (``go.etcd.io/etcd/server/v3``). Their versions are read from those ``go.mod``
+files; nothing else pins them. Binaries land in a cache directory outside the repository,
+keyed by both versions and a hash of the modules' ``go.mod``/``go.sum`` and of the build
+recipe below, so they are rebuilt only when one of those changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+GO_DIR = Path(__file__).resolve().parent / "go"
+KUBE_MODULE = GO_DIR / "kube"
+ETCD_MODULE = GO_DIR / "etcd"
+KUBE_PACKAGE = "k8s.io/kubernetes/cmd/kube-apiserver"
+ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"  # the module's root package is etcd's main
+
+CACHE_ENV = "NODE_IPAM_CONTROL_PLANE_CACHE"
+STANDARD_GO = "/usr/local/go/bin/go"
+STAMP = "build-info.json"
+# Bump when the flags below change in a way that should force a rebuild.
+RECIPE = "2"
+# Static, stripped, reproducible-path binaries: no cgo toolchain needed, a faster link.
+GO_BUILD_FLAGS = ["-trimpath"]
+BASE_LDFLAGS = ["-s", "-w"]
+
+Progress = Callable[[str], None]
+
+
+class ControlPlaneUnavailable(RuntimeError):
+    """The binaries are not cached and cannot be built here (the message says why)."""
+
+
+class GoNotFound(ControlPlaneUnavailable):
+    """No ``go`` command on PATH (nor in ``$NODE_IPAM_GO``)."""
+
+
+class BuildFailed(ControlPlaneUnavailable):
+    """``go build`` failed; the message carries the tail of its output."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Binaries:
+    """Paths of a complete, cached build and the versions it was built from."""
+
+    directory: Path
+    kube_apiserver: Path
+    etcd: Path
+    kubernetes_version: str
+    etcd_version: str
+
+
+def _require_version(go_mod: Path, module: str) -> str:
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", go_mod.read_text(), re.M)
+    if match is None:
+        raise RuntimeError(f"{go_mod}: no requirement on {module}")
+    return match.group(1)
+
+
+def kubernetes_version() -> str:
+    """The pinned ``k8s.io/kubernetes`` version, e.g. ``v1.35.4``."""
+    return _require_version(KUBE_MODULE / "go.mod", "k8s.io/kubernetes")
+
+
+def etcd_version() -> str:
+    """The pinned ``go.etcd.io/etcd/server/v3`` version, e.g. ``v3.6.16``."""
+    return _require_version(ETCD_MODULE / "go.mod", "go.etcd.io/etcd/server/v3")
+
+
+def kube_ldflags(version: str) -> list[str]:
+    """``-X`` flags that give the binary its real version (``/version`` says v0.0.0 without)."""
+    match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", version)
+    if match is None:
+        raise RuntimeError(f"unexpected kubernetes version {version!r}")
+    major, minor = match.groups()
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
+    return flags
+
+
+def cache_root() -> Path:
+    """``$NODE_IPAM_CONTROL_PLANE_CACHE``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)
+    ``/node-ipam-lb/control-plane``."""
+    override = os.environ.get(CACHE_ENV)
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "node-ipam-lb" / "control-plane"
+
+
+def cache_key() -> str:
+    """``<k8s version>-<etcd version>-<hash>``; the hash covers both modules' go.mod and
+    go.sum and the build recipe, so any change to them selects a fresh directory."""
+    digest = hashlib.sha256(f"recipe={RECIPE} {GO_BUILD_FLAGS} {BASE_LDFLAGS}\n".encode())
+    for module in (KUBE_MODULE, ETCD_MODULE):
+        for name in ("go.mod", "go.sum"):
+            digest.update(f"{module.name}/{name}\n".encode())
+            digest.update((module / name).read_bytes())
+    return f"{kubernetes_version()}-{etcd_version()}-{digest.hexdigest()[:12]}"
+
+
+def cache_dir() -> Path:
+    """Directory holding the binaries for the pinned versions (may not exist yet)."""
+    return cache_root() / cache_key()
+
+
+def find_binaries() -> Binaries | None:
+    """The cached build for the pinned versions, or ``None`` when it is not complete."""
+    directory = cache_dir()
+    stamp = directory / STAMP
+    kube, etcd = directory / "kube-apiserver", directory / "etcd"
+    if not (stamp.is_file() and os.access(kube, os.X_OK) and os.access(etcd, os.X_OK)):
+        return None
+    info = json.loads(stamp.read_text())
+    return Binaries(directory, kube, etcd, info["kubernetes"], info["etcd"])
+
+
+def find_go() -> str | None:
+    """Path of the ``go`` command, or ``None``: ``$NODE_IPAM_GO`` if set, else ``go`` on
+    PATH, else the standard install location ``/usr/local/go/bin/go``."""
+    explicit = os.environ.get("NODE_IPAM_GO")
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    found = shutil.which("go")
+    if found is None and os.access(STANDARD_GO, os.X_OK):
+        found = STANDARD_GO
+    return found
+
+
+def go_env() -> dict[str, str]:
+    """Environment for every ``go`` command we run: module mode, committed go.sum only,
+    no cgo, no toolchain switching (``GOTOOLCHAIN=local``), no go.work from a parent dir."""
+    env = dict(os.environ)
+    env.update(
+        CGO_ENABLED="0",
+        GO111MODULE="on",
+        GOTOOLCHAIN="local",
+        GOWORK="off",
+        GOFLAGS="-mod=readonly -buildvcs=false",
+    )
+    return env
+
+
+def _stderr_progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _format_elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+def _count_deps(go: str, module: Path, package: str) -> int:
+    result = subprocess.run(
+        [go, "list", "-deps", package],
+        cwd=module,
+        env=go_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    return len(result.stdout.split()) if result.returncode == 0 else 0
+
+
+def _go_build(
+    go: str,
+    *,
+    name: str,
+    module: Path,
+    package: str,
+    output: Path,
+    ldflags: list[str],
+    log: IO[str],
+    progress: Progress,
+    interval: float,
+) -> None:
+    """Run ``go build -v`` and report compiled-package counts every ``interval`` seconds."""
+    listing = time.monotonic()
+    progress(f"[{name}] listing packages (downloads missing modules first)")
+    total = _count_deps(go, module, package)
+    progress(f"[{name}] {total} packages, listed in {_format_elapsed(time.monotonic() - listing)}")
+    cmd = [
+        go,
+        "build",
+        "-v",
+        *GO_BUILD_FLAGS,
+        "-ldflags",
+        " ".join(BASE_LDFLAGS + ldflags),
+        "-o",
+        str(output),
+        package,
+    ]
+    log.write(f"$ (cd {module} && {' '.join(cmd)})\n")
+    log.flush()
+    start = time.monotonic()
+    counts = {"packages": 0, "downloads": 0}
+    tail: list[str] = []
+    done = threading.Event()
+
+    def report(final: bool = False) -> None:
+        of_total = f" of {total}" if total else ""
+        downloads = f", {counts['downloads']} modules downloaded" if counts["downloads"] else ""
+        elapsed = _format_elapsed(time.monotonic() - start)
+        if final:
+            progress(
+                f"[{name}] done in {elapsed}: compiled {counts['packages']}{of_total} "
+                f"packages (the rest came from the Go build cache){downloads}"
+            )
+        else:
+            progress(
+                f"[{name}] {elapsed}: compiled {counts['packages']}{of_total} packages{downloads}"
+            )
+
+    def ticker() -> None:
+        while not done.wait(interval):
+            report()
+
+    thread = threading.Thread(target=ticker, name=f"{name}-progress", daemon=True)
+    with subprocess.Popen(
+        cmd,
+        cwd=module,
+        env=go_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        thread.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                stripped = line.strip()
+                if stripped.startswith("go: downloading"):
+                    counts["downloads"] += 1
+                elif stripped and " " not in stripped and not stripped.startswith("#"):
+                    counts["packages"] += 1  # `go build -v` names each package it compiles
+                tail = [*tail[-39:], line.rstrip()]
+            returncode = proc.wait()
+        finally:
+            done.set()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.flush()
+    if returncode != 0:
+        raise BuildFailed(
+            f"go build of {name} failed (exit {returncode}); last lines:\n" + "\n".join(tail)
+        )
+    report(final=True)
+
+
+def binary_version(path: Path) -> str:
+    """First line of ``<binary> --version`` (kube-apiserver: ``Kubernetes v1.35.4``;
+    etcd: ``etcd Version: 3.6.16``)."""
+    result = subprocess.run(
+        [str(path), "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    lines = (result.stdout or result.stderr).strip().splitlines()
+    return lines[0].strip() if lines else f"(no output, exit {result.returncode})"
+
+
+@contextlib.contextmanager
+def _lock(root: Path, key: str) -> Iterator[None]:
+    """Serialize builds of one key across processes (two pytest runs, CI and a shell)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{key}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build(
+    *,
+    progress: Progress = _stderr_progress,
+    log_path: Path | None = None,
+    interval: float = 15.0,
+) -> Binaries:
+    """Return the cached binaries, building them first when they are missing.
+
+    ``progress`` receives human-readable status lines (default: stderr); the full
+    ``go build -v`` output goes to ``log_path`` (default ``<cache>/<key>.build.log``).
+    Raises :class:`GoNotFound` when a build is needed and there is no ``go``, and
+    :class:`BuildFailed` when ``go build`` fails. Safe to call concurrently.
+    """
+    found = find_binaries()
+    if found is not None:
+        return found
+    root, key = cache_root(), cache_key()
+    with _lock(root, key):
+        found = find_binaries()  # another process may have finished while we waited
+        if found is not None:
+            return found
+        go = find_go()
+        if go is None:
+            raise GoNotFound(
+                "go not found on PATH; it is needed once to build kube-apiserver and etcd "
+                f"into {root / key}"
+            )
+        k8s, etcd = kubernetes_version(), etcd_version()
+        directory = root / key
+        staging = root / f".{key}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        log_path = log_path or root / f"{key}.build.log"
+        progress(f"building kube-apiserver {k8s} and etcd {etcd} into {directory}")
+        progress(f"full go output: {log_path}")
+        start = time.monotonic()
+        with open(log_path, "w") as log:
+            _go_build(
+                go,
+                name="kube-apiserver",
+                module=KUBE_MODULE,
+                package=KUBE_PACKAGE,
+                output=staging / "kube-apiserver",
+                ldflags=kube_ldflags(k8s),
+                log=log,
+                progress=progress,
+                interval=interval,
+            )
+            _go_build(
+                go,
+                name="etcd",
+                module=ETCD_MODULE,
+                package=ETCD_PACKAGE,
+                output=staging / "etcd",
+                ldflags=[],
+                log=log,
+                progress=progress,
+                interval=interval,
+            )
+        elapsed = time.monotonic() - start
+        go_version = subprocess.run(
+            [go, "version"], capture_output=True, text=True, env=go_env(), check=False
+        ).stdout.strip()
+        info = {
+            "kubernetes": k8s,
+            "etcd": etcd,
+            "go": go_version,
+            "recipe": RECIPE,
+            "build_seconds": round(elapsed, 1),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (staging / STAMP).write_text(json.dumps(info, indent=2) + "\n")
+        shutil.rmtree(directory, ignore_errors=True)
+        staging.rename(directory)
+        progress(f"built in {_format_elapsed(elapsed)}")
+    found = find_binaries()
+    assert found is not None
+    return found

@@ -1,0 +1,617 @@
+"""A real kube-apiserver + etcd pair on loopback for tests (like controller-runtime's envtest).
+
+``ControlPlane`` makes its own PKI (CA, serving certificate, an admin client certificate in
+``system:masters``, service-account signing keys), starts etcd and kube-apiserver on free
+127.0.0.1 ports with their data and logs in a temporary directory, and writes an admin
+kubeconfig. No controller-manager or scheduler runs: nothing creates the ``default``
+ServiceAccount, Endpoints or Pods on its own; tests create what they need.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import datetime
+import http.client
+import ipaddress
+import json
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.controlplane.build import Binaries, build
+
+HOST = "127.0.0.1"
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"  # configuration only; nothing routes to it
+KUBECONFIG_TEMPLATE = """apiVersion: v1
+kind: Config
+clusters:
+- name: controlplane
+  cluster:
+    server: {url}
+    certificate-authority-data: {ca}
+users:
+- name: {user}
+  user:
+{credentials}
+contexts:
+- name: controlplane
+  context:
+    cluster: controlplane
+    user: {user}
+    namespace: default
+current-context: controlplane
+"""
+
+
+class ControlPlaneStartError(RuntimeError):
+    """etcd or kube-apiserver exited or never became ready; the message has its log tail."""
+
+
+class KubectlError(subprocess.CalledProcessError):
+    """A failed ``kubectl`` run; ``str()`` includes its stderr."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.stderr}"
+
+
+class _PortTaken(Exception):
+    pass
+
+
+# -- PKI ---------------------------------------------------------------------------------
+
+
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _name(common_name: str, organizations: Iterable[str] = ()) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    return x509.Name([*attrs, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+class _Authority:
+    """A throwaway CA that signs the serving certificate and client certificates."""
+
+    def __init__(self) -> None:
+        self.key = _new_key()
+        now = datetime.datetime.now(datetime.UTC)
+        self.cert = (
+            x509.CertificateBuilder()
+            .subject_name(_name("node-ipam-lb-test-ca"))
+            .issuer_name(_name("node-ipam-lb-test-ca"))
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=365))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False
+            )
+            .sign(self.key, hashes.SHA256())
+        )
+        self.cert_pem = self.cert.public_bytes(serialization.Encoding.PEM)
+
+    def issue(
+        self,
+        subject: x509.Name,
+        *,
+        server: bool = False,
+        dns_names: Sequence[str] = (),
+        ips: Sequence[str] = (),
+    ) -> tuple[bytes, bytes]:
+        """Return ``(certificate PEM, key PEM)`` for a server or client certificate."""
+        key = _new_key()
+        now = datetime.datetime.now(datetime.UTC)
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
+                critical=False,
+            )
+        )
+        if dns_names or ips:
+            sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+            sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        cert = builder.sign(self.key, hashes.SHA256())
+        return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+# -- processes ---------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the child is SIGKILLed when the thread that started it dies (even by SIGKILL),
+    so a killed test run leaves no apiserver or etcd behind. SIGKILL, not SIGTERM: both
+    would get it at once, and a kube-apiserver whose etcd is going away spends ~30 s in
+    shutdown timeouts (lease and endpoint clean-up). Their data is throwaway anyway."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class _Server:
+    """One child process with its log file."""
+
+    def __init__(self, name: str, args: list[str], log_path: Path) -> None:
+        self.name, self.args, self.log_path = name, args, log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "wb") as log:  # a retry starts a fresh log
+            self.proc = subprocess.Popen(
+                self.args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a terminal's Ctrl-C reaches only us; we stop them
+                preexec_fn=_die_with_parent,
+            )
+
+    def exited(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def check_alive(self) -> None:
+        code = self.exited()
+        if code is None:
+            return
+        tail = _tail(self.log_path)
+        if "address already in use" in tail:
+            raise _PortTaken(self.name)
+        raise ControlPlaneStartError(
+            f"{self.name} exited with status {code} during start-up; log {self.log_path}:\n{tail}"
+        )
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+# -- the control plane -------------------------------------------------------------------
+
+
+class ControlPlane:
+    """etcd + kube-apiserver on ``https://127.0.0.1:<port>``; use as a context manager.
+
+    ``binaries`` defaults to :func:`tests.controlplane.build.build` (cached binaries, built
+    when missing). After :meth:`start`: ``url``, ``kubeconfig_path`` (admin, client
+    certificate in ``system:masters``, CA embedded), ``ca_pem``/``ca_path``, ``log_paths``.
+    Start it from the main thread: the servers are tied to the starting thread's life.
+    """
+
+    def __init__(
+        self,
+        binaries: Binaries | None = None,
+        *,
+        start_timeout: float = 90.0,
+        keep: bool = False,
+        extra_apiserver_args: Sequence[str] = (),
+    ) -> None:
+        self.binaries = binaries
+        self.start_timeout = start_timeout
+        self.keep = keep
+        self.extra_apiserver_args = list(extra_apiserver_args)
+        self.url = ""
+        self.workdir = Path()
+        self.kubeconfig_path = Path()
+        self.ca_path = Path()
+        self.ca_pem = b""
+        self.log_paths: dict[str, Path] = {}
+        self._ca: _Authority | None = None
+        self._servers: list[_Server] = []
+        self._tmp: str | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> Self:
+        """Make the PKI, start etcd then kube-apiserver, and return once ``/readyz`` is 200.
+
+        Raises :class:`ControlPlaneStartError` (with the log tail) if a server exits or the
+        API is not ready within ``start_timeout`` seconds.
+        """
+        if self._tmp is not None:
+            raise RuntimeError("control plane already started")
+        binaries = self.binaries or build()
+        self.binaries = binaries
+        self._tmp = tempfile.mkdtemp(prefix="node-ipam-controlplane-")
+        self.workdir = Path(self._tmp)
+        try:
+            self._write_pki()
+            for attempt in range(3):  # a free port can be taken between probe and bind
+                try:
+                    self._start_servers(binaries)
+                    break
+                except _PortTaken:
+                    self._stop_servers()
+                    if attempt == 2:
+                        raise
+            self._write_admin_kubeconfig()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop kube-apiserver, then etcd, and remove the temporary directory (unless
+        ``keep``). Safe to call more than once."""
+        self._stop_servers()
+        if self._tmp is not None and not self.keep:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        self._tmp = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def poll(self) -> str | None:
+        """Name of a server that has exited since start (``"etcd"``/``"kube-apiserver"``),
+        else ``None``."""
+        for server in self._servers:
+            if server.exited() is not None:
+                return server.name
+        return None
+
+    # -- set-up steps --------------------------------------------------------------------
+    def _write_pki(self) -> None:
+        pki = self.workdir / "pki"
+        pki.mkdir()
+        self._ca = _Authority()
+        self.ca_pem = self._ca.cert_pem
+        self.ca_path = pki / "ca.crt"
+        self.ca_path.write_bytes(self.ca_pem)
+        cert, key = self._ca.issue(
+            _name("kube-apiserver"), server=True, dns_names=["localhost"], ips=[HOST]
+        )
+        (pki / "apiserver.crt").write_bytes(cert)
+        (pki / "apiserver.key").write_bytes(key)
+        cert, key = self.client_certificate("admin", ["system:masters"])
+        (pki / "admin.crt").write_bytes(cert)
+        (pki / "admin.key").write_bytes(key)
+        sa_key = _new_key()
+        (pki / "sa.key").write_bytes(_key_pem(sa_key))
+        (pki / "sa.pub").write_bytes(
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+        for path in pki.iterdir():
+            if path.suffix == ".key":
+                path.chmod(0o600)
+
+    def _start_servers(self, binaries: Binaries) -> None:
+        pki = self.workdir / "pki"
+        deadline = time.monotonic() + self.start_timeout
+        client_port, peer_port, secure_port = _free_port(), _free_port(), _free_port()
+        etcd_url = f"http://{HOST}:{client_port}"
+        peer_url = f"http://{HOST}:{peer_port}"
+        data_dir = self.workdir / "etcd-data"
+        shutil.rmtree(data_dir, ignore_errors=True)
+        etcd = _Server(
+            "etcd",
+            [
+                str(binaries.etcd),
+                "--name=default",
+                f"--data-dir={data_dir}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=default={peer_url}",
+                "--initial-cluster-state=new",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+            self.workdir / "etcd.log",
+        )
+        self.log_paths["etcd"] = etcd.log_path
+        self._servers.append(etcd)
+        etcd.start()
+        self._wait(etcd, deadline, lambda: _http_ok(HOST, client_port, "/health"))
+
+        url = f"https://{HOST}:{secure_port}"
+        apiserver = _Server(
+            "kube-apiserver",
+            [
+                str(binaries.kube_apiserver),
+                f"--etcd-servers={etcd_url}",
+                f"--bind-address={HOST}",
+                f"--advertise-address={HOST}",
+                f"--secure-port={secure_port}",
+                f"--cert-dir={self.workdir / 'apiserver-certs'}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--authorization-mode=RBAC",
+                f"--service-account-issuer={url}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--allow-privileged=true",
+                "--profiling=false",
+                *self.extra_apiserver_args,
+            ],
+            self.workdir / "kube-apiserver.log",
+        )
+        self.log_paths["kube-apiserver"] = apiserver.log_path
+        self._servers.append(apiserver)
+        apiserver.start()
+        context = self._ssl_context(pki / "admin.crt", pki / "admin.key")
+        self._wait(
+            apiserver, deadline, lambda: _http_ok(HOST, secure_port, "/readyz", context=context)
+        )
+        self.url = url
+
+    def _wait(self, server: _Server, deadline: float, ready: Any) -> None:
+        while True:
+            server.check_alive()
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                raise ControlPlaneStartError(
+                    f"{server.name} not ready after {self.start_timeout:.0f} s; "
+                    f"log {server.log_path}:\n{_tail(server.log_path)}"
+                )
+            time.sleep(0.1)
+
+    def _stop_servers(self) -> None:
+        for server in reversed(self._servers):
+            server.stop()
+        self._servers = []
+
+    def _write_admin_kubeconfig(self) -> None:
+        self.kubeconfig_path = self.workdir / "kubeconfig"
+        pki = self.workdir / "pki"
+        self.write_kubeconfig(
+            self.kubeconfig_path,
+            user="admin",
+            cert_pem=(pki / "admin.crt").read_bytes(),
+            key_pem=(pki / "admin.key").read_bytes(),
+        )
+
+    # -- credentials ---------------------------------------------------------------------
+    def client_certificate(self, user: str, groups: Sequence[str] = ()) -> tuple[bytes, bytes]:
+        """``(certificate PEM, key PEM)`` signed by the cluster CA: the API server
+        authenticates it as ``user`` (CN) in ``groups`` (O)."""
+        if self._ca is None:
+            raise RuntimeError("control plane not started")
+        return self._ca.issue(_name(user, groups))
+
+    def write_kubeconfig(
+        self,
+        path: Path,
+        *,
+        user: str,
+        cert_pem: bytes | None = None,
+        key_pem: bytes | None = None,
+        token: str | None = None,
+    ) -> Path:
+        """Write a kubeconfig for this server (CA embedded, context ``controlplane``,
+        namespace ``default``) authenticating with a client certificate or a bearer token."""
+        if token is not None:
+            credentials = f"    token: {token}"
+        elif cert_pem is not None and key_pem is not None:
+            credentials = (
+                f"    client-certificate-data: {_b64(cert_pem)}\n"
+                f"    client-key-data: {_b64(key_pem)}"
+            )
+        else:
+            raise ValueError("give cert_pem and key_pem, or token")
+        path = Path(path)
+        path.write_text(
+            KUBECONFIG_TEMPLATE.format(
+                url=self.url, ca=_b64(self.ca_pem), user=user, credentials=credentials
+            )
+        )
+        path.chmod(0o600)
+        return path
+
+    def kubeconfig_for(
+        self, user: str, groups: Sequence[str] = (), *, path: Path | None = None
+    ) -> Path:
+        """A kubeconfig with a fresh client certificate for ``user`` in ``groups`` (RBAC
+        applies to it; only ``system:masters`` bypasses RBAC)."""
+        cert, key = self.client_certificate(user, groups)
+        safe = "".join(c if c.isalnum() else "-" for c in user)
+        path = path or self.workdir / f"kubeconfig-{safe}"
+        return self.write_kubeconfig(path, user=user, cert_pem=cert, key_pem=key)
+
+    def token_for(
+        self,
+        namespace: str,
+        serviceaccount: str,
+        *,
+        audiences: Sequence[str] = (),
+        expiration_seconds: int = 3600,
+    ) -> str:
+        """A bound service-account token from the TokenRequest API (what
+        ``kubectl create token`` does). The ServiceAccount must exist."""
+        spec: dict[str, Any] = {"expirationSeconds": expiration_seconds}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        status, body = self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{serviceaccount}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+        )
+        if status != 201:
+            raise RuntimeError(f"TokenRequest for {namespace}/{serviceaccount}: {status} {body}")
+        return str(body["status"]["token"])
+
+    # -- talking to it -------------------------------------------------------------------
+    def _ssl_context(self, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+        context = ssl.create_default_context(cadata=self.ca_pem.decode())
+        if cert is not None:
+            context.load_cert_chain(cert, key)
+        return context
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, Any]:
+        """One HTTP request to the API server as admin (or with ``token``); returns
+        ``(status, decoded JSON body or text)``."""
+        pki = self.workdir / "pki"
+        if token is None:
+            context = self._ssl_context(pki / "admin.crt", pki / "admin.key")
+        else:
+            context = self._ssl_context()
+        port = int(self.url.rsplit(":", 1)[1])
+        conn = http.client.HTTPSConnection(HOST, port, context=context, timeout=30)
+        headers = {"Accept": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        data = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            response = conn.getresponse()
+            raw = response.read().decode()
+        finally:
+            conn.close()
+        try:
+            return response.status, json.loads(raw)
+        except ValueError:
+            return response.status, raw
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``kubectl --kubeconfig <admin> ARGS`` (``input`` on stdin) and return the
+        completed process; raises :class:`KubectlError` (with stderr) when ``check`` and it
+        fails. A later ``--kubeconfig`` in ``args`` wins over the admin one."""
+        result = subprocess.run(
+            ["kubectl", f"--kubeconfig={self.kubeconfig_path}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise KubectlError(result.returncode, result.args, result.stdout, result.stderr)
+        return result
+
+    def api_client(self, kubeconfig: Path | None = None) -> Any:
+        """A ``kubernetes.client.ApiClient`` for the admin kubeconfig (or ``kubeconfig``);
+        close it (or use ``with``) when done."""
+        import kubernetes.client
+        import kubernetes.config
+
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(
+            config_file=str(kubeconfig or self.kubeconfig_path),
+            client_configuration=configuration,
+        )
+        return kubernetes.client.ApiClient(configuration)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _http_ok(host: str, port: int, path: str, *, context: ssl.SSLContext | None = None) -> bool:
+    conn: http.client.HTTPConnection
+    if context is None:
+        conn = http.client.HTTPConnection(host, port, timeout=2)
+    else:
+        conn = http.client.HTTPSConnection(host, port, context=context, timeout=2)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        response.read()
+        return response.status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
