@@ -73,25 +73,19 @@ def test_kubectl_creates_a_namespace(control_plane: ControlPlane) -> None:
     assert "AlreadyExists" in again.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "examples/kind-4node/cluster.yaml is not loadable as dumped: its Nodes' "
-        "status.nodeInfo lacks the required machineID/systemUUID/bootID (kubectl's "
-        "validation refuses the file), and its five Services all claim nodePort 31817 (the "
-        "API server accepts only the first). Fix the example, then drop this marker."
-    ),
-)
 def test_kubectl_applies_the_kind_example_verbatim(control_plane: ControlPlane) -> None:
     """``kubectl apply -f examples/kind-4node/cluster.yaml`` as a user would run it."""
     applied = control_plane.kubectl("apply", "-f", str(EXAMPLE), check=False)
     assert applied.returncode == 0, applied.stdout + applied.stderr
+    listing = yaml.safe_load(EXAMPLE.read_text())
+    assert len(applied.stdout.strip().splitlines()) == len(listing["items"]), applied.stdout
+    services = json.loads(control_plane.kubectl("get", "services", "-o", "json").stdout)["items"]
+    names = {s["metadata"]["name"] for s in services}
+    assert {"nginx-cluster", "nginx-local", "other-class"} <= names
 
 
 def _example_in(namespace: str) -> dict[str, Any]:
-    """The example List, with what a real API server refuses repaired (see the xfail above)
-    and its namespaced objects moved to ``namespace``; server-allocated Service fields
+    """The example List with its namespaced objects moved to ``namespace``; server-allocated Service fields
     (clusterIP, node ports) are dropped so the server allocates its own."""
     listing: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     for item in listing["items"]:
