@@ -194,10 +194,10 @@ def unknown_environment(environ: Mapping[str, str] | None = None) -> list[str]:
 
     pydantic-settings ignores such a variable, so a misspelt
     ``NODE_IPAM_PER_NODE_ADRESS_FALLBACK=true`` would silently do nothing. Each warning
-    names the variable and, when one is close (``difflib.get_close_matches``, cutoff 0.6),
-    the known variable it probably means (compared without the prefix). Variable names are compared case-insensitively,
-    as pydantic-settings reads them. ``environ`` defaults to ``os.environ``; values are
-    never echoed (they may be secrets).
+    names the variable and, when one is close (``difflib.get_close_matches``, cutoff 0.6,
+    compared without the prefix), the known variable it probably means. Variable names
+    are compared case-insensitively, as pydantic-settings reads them. ``environ``
+    defaults to ``os.environ``; values are never echoed (they may be secrets).
     """
     environ = os.environ if environ is None else environ
     known = [name.upper() for name in Settings.model_fields]
