@@ -505,23 +505,47 @@ def connect(kubeconfig: Path | None) -> tuple[Any, bool]:
         ConnectError: the kubeconfig cannot be loaded (names ``--kubeconfig`` and the
             path), or none is given and the process does not run in a Pod.
     """
+    if kubeconfig is not None:
+        return _from_kubeconfig(str(kubeconfig), origin="--kubeconfig")[0], False
+    return _in_cluster("give --kubeconfig PATH (NODE_IPAM_KUBECONFIG)"), True
+
+
+def _from_kubeconfig(
+    path: str, *, origin: str, context: str | None = None
+) -> tuple[Any, dict[str, Any] | None]:
+    """``(ApiClient, chosen context entry)`` from the kubeconfig file(s) ``path``.
+
+    Raises:
+        ConnectError: ``<origin> <path>: cannot load: <reason>``.
+    """
+    from kubernetes import config
+
+    try:
+        api_client = config.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
+        contexts, current = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError, ValueError, TypeError) as err:
+        raise ConnectError(f"{origin} {path}: cannot load: {err}") from err
+    chosen = next((c for c in contexts or () if c.get("name") == context), current)
+    return api_client, chosen
+
+
+def _in_cluster(hint: str) -> Any:
+    """An ApiClient from the Pod's service account.
+
+    Raises:
+        ConnectError: not in a Pod; the message starts with ``no cluster to talk to:``
+            and ``hint`` (how to give a kubeconfig).
+    """
     from kubernetes import client, config
 
-    if kubeconfig is not None:
-        try:
-            client_ = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-            return client_, False
-        except (config.ConfigException, OSError, ValueError, TypeError) as err:
-            raise ConnectError(f"--kubeconfig {kubeconfig}: cannot load: {err}") from err
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException as err:
         raise ConnectError(
-            "no cluster to talk to: give --kubeconfig PATH (NODE_IPAM_KUBECONFIG) or run"
-            f" in a Pod with a service account ({err})"
+            f"no cluster to talk to: {hint} or run in a Pod with a service account ({err})"
         ) from err
-    return client.ApiClient(configuration), True
+    return client.ApiClient(configuration)
 
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -546,8 +570,6 @@ def connect_like_kubectl(
         ConnectError: the kubeconfig cannot be loaded or has no such context (naming the
             file and the reason), or there is none and the process does not run in a Pod.
     """
-    from kubernetes import client, config
-
     environ = os.environ if environ is None else environ
     path: str | None = str(kubeconfig) if kubeconfig is not None else None
     origin = "--kubeconfig"
@@ -558,26 +580,14 @@ def connect_like_kubectl(
         if home.is_file():
             path, origin = str(home), "kubeconfig"
     if path is not None:
-        try:
-            api_client = config.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
-            contexts, current = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
-        except (config.ConfigException, OSError, ValueError, TypeError) as err:
-            raise ConnectError(f"{origin} {path}: cannot load: {err}") from err
-        chosen = next((c for c in contexts or () if c.get("name") == context), current)
+        api_client, chosen = _from_kubeconfig(path, origin=origin, context=context)
         namespace = ((chosen or {}).get("context") or {}).get("namespace")
         return api_client, namespace if isinstance(namespace, str) and namespace else "default"
-    configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except config.ConfigException as err:
-        raise ConnectError(
-            "no cluster to talk to: give --kubeconfig PATH or set KUBECONFIG, create"
-            f" ~/.kube/config, or run in a Pod with a service account ({err})"
-        ) from err
+    api_client = _in_cluster("give --kubeconfig PATH or set KUBECONFIG, create ~/.kube/config,")
     namespace = environ.get("POD_NAMESPACE", "")
     if not namespace:
         try:
             namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
         except OSError:
             namespace = ""
-    return client.ApiClient(configuration), namespace or "default"
+    return api_client, namespace or "default"

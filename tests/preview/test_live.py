@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.fakeapi.server import FakeApiServer
+from tests.kubectl import kubectl
 from tests.preview.conftest import KIND_4NODE, parse_table, preview
 
 CLUSTER = str(KIND_4NODE / "cluster.yaml")
@@ -64,3 +68,21 @@ def test_an_api_error_is_one_line_naming_the_server(live: FakeApiServer) -> None
     assert run.code == 2
     assert run.stdout == ""
     assert run.stderr == f"error: {live.url}: 403: nodes is forbidden\n"
+
+
+def test_kubectl_runs_it_as_the_node_ipam_plugin(live: FakeApiServer) -> None:
+    """``kubectl node-ipam ...`` runs the ``kubectl-node_ipam`` console script on PATH."""
+    script = Path(sys.executable).with_name("kubectl-node_ipam")
+    assert script.is_file(), "pyproject.toml installs the kubectl-node_ipam script"
+    env = {**os.environ, "PATH": f"{script.parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        [kubectl(), "node-ipam", "preview", "nginx-one-node", "-o", "wide"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [row] = parse_table(done.stdout)
+    assert (row["NAME"], row["EXTERNAL-IP"], row["CHANGE"]) == (
+        "nginx-one-node",
+        "10.89.0.7",
+        "yes",
+    )

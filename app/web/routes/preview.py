@@ -155,11 +155,16 @@ Continue = Annotated[
 ]
 
 
+_LIST_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"description": "A malformed continue token"},
+    **_ERRORS,
+}
+
+
 @router.get(
     "",
     summary="Preview every live Service",
-    response_model_by_alias=True,
-    responses={400: {"description": "A malformed continue token"}, **_ERRORS},
+    responses=_LIST_RESPONSES,
 )
 def preview_all(
     state: State, limit: Limit = DEFAULT_LIST_LIMIT, continue_: Continue = None
@@ -171,8 +176,7 @@ def preview_all(
 @router.get(
     "/{namespace}",
     summary="Preview the live Services of a namespace",
-    response_model_by_alias=True,
-    responses={400: {"description": "A malformed continue token"}, **_ERRORS},
+    responses=_LIST_RESPONSES,
 )
 def preview_namespace(
     namespace: str, state: State, limit: Limit = DEFAULT_LIST_LIMIT, continue_: Continue = None
