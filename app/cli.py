@@ -1,4 +1,4 @@
-"""Command line: ``node-ipam-lb preview|serve|certs``.
+"""Command line: ``node-ipam-lb preview|serve|demo|certs`` (also ``kubectl node-ipam ...``).
 
 Thin: each command parses flags, builds settings and calls into the package.
 """
@@ -6,12 +6,17 @@ Thin: each command parses flags, builds settings and calls into the package.
 from __future__ import annotations
 
 import sys
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from app.core.options import LOAD_BALANCER_CLASS, MATCH_NODE_LABELS_ANNOTATION
+from app import __version__
+from app.config import SelectionConfig, Settings
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 cli = typer.Typer(
     name="node-ipam-lb",
@@ -24,56 +29,145 @@ cli = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"node-ipam-lb {__version__}")
+        raise typer.Exit()
+
+
 @cli.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_version,
+            is_eager=True,
+            help="Print the version and exit.",
+            show_default=False,
+        ),
+    ] = False,
+) -> None:
     """node-ipam-lb: Cilium-compatible Node IPAM LoadBalancer."""
 
 
+def _shown(value: object) -> str:
+    """A settings default as ``--help`` shows it (``true``/``false`` like the env form)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "none" if value is None else str(value)
+
+
+def _settings_defaults(config: type[SelectionConfig]) -> Callable[[F], F]:
+    """Show each flag's default in ``--help`` from the one place defaults live: the
+    pydantic-settings model ``config`` (flags default to ``None`` = "not given", so the
+    environment can still fill them)."""
+
+    def decorate(command: F) -> F:
+        # Evaluate the (postponed) annotations once and keep them, so typer reads the very
+        # Option objects set here.
+        hints = typing.get_type_hints(command, include_extras=True)
+        command.__annotations__ = hints
+        for name, hint in hints.items():
+            field = config.model_fields.get(name)
+            options = list(getattr(hint, "__metadata__", ()))
+            if field is None or not options or not hasattr(options[0], "show_default"):
+                continue
+            if isinstance(options[0].show_default, str):  # the command's own wording
+                continue
+            options[0].show_default = _shown(field.default)
+        return command
+
+    return decorate
+
+
 @cli.command()
+@_settings_defaults(SelectionConfig)
 def preview(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[NAME|NAMESPACE/NAME]...",
+            help="Services to show (default: every Service in the namespace)",
+            show_default=False,
+        ),
+    ] = None,
     filename: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
             "-f",
             "--filename",
             metavar="FILE",
-            help="Cluster dump (kubectl get nodes,services,"
-            "endpointslices -A -o yaml|json); '-' reads stdin. Repeatable.",
+            help="Cluster dump (kubectl get nodes,services,endpointslices -A -o yaml|json);"
+            " '-' reads stdin. Repeatable. Without it the live cluster is read.",
+            show_default=False,
         ),
-    ],
-    output: Annotated[str, typer.Option("-o", "--output", help="table, json or yaml")] = "table",
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "-n",
+            "--namespace",
+            help="Only this namespace (default: the kubeconfig context's, else default;"
+            " with -f: every namespace of the dump)",
+            show_default=False,
+        ),
+    ] = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("-A", "--all-namespaces", help="Every namespace")
+    ] = False,
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="table, wide, json or yaml")
+    ] = "table",
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="Kubeconfig of the live cluster (default: $KUBECONFIG, ~/.kube/config,"
+            " in-cluster)",
+            show_default=False,
+        ),
+    ] = None,
+    context: Annotated[
+        str | None,
+        typer.Option(help="Kubeconfig context (default: its current-context)", show_default=False),
+    ] = None,
     default_lb_service_ipam: Annotated[
-        str, typer.Option(help="Who handles class-less Services: lbipam, nodeipam, none")
-    ] = "lbipam",
-    load_balancer_class: Annotated[
-        str, typer.Option(help="Our loadBalancerClass")
-    ] = LOAD_BALANCER_CLASS,
+        str | None, typer.Option(help="Who handles class-less Services: lbipam, nodeipam, none")
+    ] = None,
+    load_balancer_class: Annotated[str | None, typer.Option(help="Our loadBalancerClass")] = None,
     match_node_labels_annotation: Annotated[
-        str, typer.Option(help="Node selector annotation")
-    ] = MATCH_NODE_LABELS_ANNOTATION,
+        str | None, typer.Option(help="Node selector annotation")
+    ] = None,
     per_node_address_fallback: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            help="Nodes without an ExternalIP contribute their InternalIP (default off)",
-            show_default=False,
+            "--per-node-address-fallback/--no-per-node-address-fallback",
+            help="Nodes without an ExternalIP contribute their InternalIP",
         ),
-    ] = False,
+    ] = None,
     exclude_not_ready_nodes: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            help="Drop nodes NotReady for longer than the grace period (default off)",
-            show_default=False,
+            "--exclude-not-ready-nodes/--no-exclude-not-ready-nodes",
+            help="Drop nodes NotReady for longer than the grace period",
         ),
-    ] = False,
+    ] = None,
     not_ready_grace_seconds: Annotated[
-        float, typer.Option(help="NotReady grace period, seconds")
-    ] = 60.0,
-    ip_mode: Annotated[str, typer.Option(help="ipMode of the entries: VIP or Proxy")] = "VIP",
+        float | None, typer.Option(help="NotReady grace period, seconds")
+    ] = None,
+    ip_mode: Annotated[str | None, typer.Option(help="ipMode of the entries: VIP or Proxy")] = None,
 ) -> None:
-    """Show the ingress each Service of a cluster dump gets, offline (docs/design.md §8)."""
-    from app.preview.run import run_preview
+    """Show the ingress each Service gets and why, from a dump or the live cluster
+    (docs/design.md §8). Settings flags are also NODE_IPAM_* variables, as for serve."""
+    from app.config import InvalidSettings, from_flags, unknown_environment
+    from app.core.dump import DumpError
+    from app.preview.run import EXIT_UNUSABLE, parse_scope, run_preview
 
-    settings = {
+    for warning in unknown_environment():
+        typer.echo(f"Warning: {warning}", err=True)
+    flags = {
         "load_balancer_class": load_balancer_class,
         "default_lb_service_ipam": default_lb_service_ipam,
         "match_node_labels_annotation": match_node_labels_annotation,
@@ -82,21 +176,48 @@ def preview(
         "not_ready_grace_seconds": not_ready_grace_seconds,
         "ip_mode": ip_mode,
     }
+    try:
+        settings = from_flags(SelectionConfig, flags).selection()
+        live = None
+        if not filename:
+            from app.preview.live import LiveCluster
+
+            live = LiveCluster(kubeconfig=kubeconfig, context=context)
+        scope = parse_scope(
+            names or [],
+            namespace=namespace,
+            all_namespaces=all_namespaces,
+            default=live.namespace if live is not None else None,
+        )
+    except (InvalidSettings, DumpError, ValueError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(EXIT_UNUSABLE) from err
     code = run_preview(
-        paths=filename, output=output, settings=settings, stdout=sys.stdout, stderr=sys.stderr
+        paths=filename or [],
+        output=output,
+        settings=settings,
+        stdout=sys.stdout,
+        stderr=sys.stderr,
+        scope=scope,
+        source=(lambda: live.read(scope)) if live is not None else None,
     )
     raise typer.Exit(code)
 
 
-def _flag(help_text: str, *names: str) -> Any:
-    return typer.Option(*names, help=help_text, show_default=False)
+def _flag(help_text: str, *names: str, default: str | bool = False) -> Any:
+    """A ``serve`` flag; its shown default comes from :class:`Settings` unless ``default``
+    (a text) says it better."""
+    return typer.Option(*names, help=help_text, show_default=default)
 
 
 @cli.command()
+@_settings_defaults(Settings)
 def serve(
-    kubeconfig: Annotated[Path | None, _flag("Kubeconfig file; default: in-cluster config")] = None,
-    bind_address: Annotated[str | None, _flag("Listen address (default 0.0.0.0)")] = None,
-    port: Annotated[int | None, _flag("HTTPS port (default 9443)")] = None,
+    kubeconfig: Annotated[
+        Path | None, _flag("Kubeconfig file", default="in-cluster config")
+    ] = None,
+    bind_address: Annotated[str | None, _flag("Listen address")] = None,
+    port: Annotated[int | None, _flag("HTTPS port")] = None,
     tls_cert_file: Annotated[
         Path | None, _flag("Serving certificate (PEM), reloaded on change")
     ] = None,
@@ -116,19 +237,19 @@ def serve(
     leader_election_namespace: Annotated[str | None, _flag("Namespace of the Lease")] = None,
     leader_election_id: Annotated[str | None, _flag("Name of the Lease")] = None,
     lease_duration_seconds: Annotated[
-        float | None, _flag("Lease validity; > renew deadline (default 15)")
+        float | None, _flag("Lease validity, seconds; > renew deadline")
     ] = None,
     renew_deadline_seconds: Annotated[
-        float | None, _flag("Leader gives up after this long unrenewed (default 10)")
+        float | None, _flag("Leader gives up after this long unrenewed, seconds")
     ] = None,
     retry_period_seconds: Annotated[
-        float | None, _flag("Lease renew/acquire period; x1.2 < renew deadline (default 2)")
+        float | None, _flag("Lease renew/acquire period, seconds; x1.2 < renew deadline")
     ] = None,
     watch_timeout_seconds: Annotated[
-        int | None, _flag("Server-side timeout of each watch (default 300)")
+        int | None, _flag("Server-side timeout of each watch, seconds")
     ] = None,
     request_timeout_seconds: Annotated[
-        float | None, _flag("Timeout of each API request (default 10)")
+        float | None, _flag("Timeout of each API request, seconds")
     ] = None,
     enable_node_ipam: Annotated[
         bool | None,
@@ -155,11 +276,17 @@ def serve(
             "--exclude-not-ready-nodes/--no-exclude-not-ready-nodes",
         ),
     ] = None,
-    not_ready_grace_seconds: Annotated[float | None, _flag("NotReady grace period")] = None,
+    not_ready_grace_seconds: Annotated[
+        float | None, _flag("NotReady grace period, seconds")
+    ] = None,
     ip_mode: Annotated[str | None, _flag("ipMode of the entries: VIP or Proxy")] = None,
-    workers: Annotated[int | None, _flag("Concurrent reconciles (default 4)")] = None,
+    workers: Annotated[int | None, _flag("Concurrent reconciles")] = None,
     auth: Annotated[
-        str | None, _flag("Preview and /metrics access: kubernetes or none (default by config)")
+        str | None,
+        _flag(
+            "Preview and /metrics access: kubernetes or none",
+            default="kubernetes in a Pod, else none",
+        ),
     ] = None,
     log_level: Annotated[str | None, _flag("debug, info, warning or error")] = None,
     cert_secret_name: Annotated[
@@ -171,15 +298,15 @@ def serve(
     webhook_configuration_name: Annotated[
         str | None, _flag("Mutating/ValidatingWebhookConfiguration that gets the caBundle")
     ] = None,
-    ca_validity_seconds: Annotated[float | None, _flag("CA lifetime (default 10 years)")] = None,
+    ca_validity_seconds: Annotated[float | None, _flag("CA lifetime, seconds (10 years)")] = None,
     cert_validity_seconds: Annotated[
-        float | None, _flag("Serving certificate lifetime (default 1 year)")
+        float | None, _flag("Serving certificate lifetime, seconds (1 year)")
     ] = None,
     cert_renew_before_seconds: Annotated[
-        float | None, _flag("Renew this long before expiry (default 90 days)")
+        float | None, _flag("Renew this long before expiry, seconds (90 days)")
     ] = None,
     cert_check_interval_seconds: Annotated[
-        float | None, _flag("Certificate and caBundle check period (default 30)")
+        float | None, _flag("Certificate and caBundle check period, seconds")
     ] = None,
 ) -> None:
     """Run the webhook, reconciler and preview API over HTTPS (every flag is also NODE_IPAM_*)."""
@@ -191,6 +318,43 @@ def serve(
     except StartupError as err:
         typer.echo(f"node-ipam-lb serve: {err}", err=True)
         raise typer.Exit(2) from err
+
+
+@cli.command()
+def demo(
+    api: Annotated[
+        str,
+        typer.Option(
+            help="API server: fake (tests/fakeapi), real (tests.controlplane) or auto (real"
+            " when available, else fake)"
+        ),
+    ] = "auto",
+    port: Annotated[int, typer.Option(help="HTTPS port of serve on 127.0.0.1; 0 = any free")] = 0,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Directory for the log, kubeconfig and CA", show_default="a new temp dir"
+        ),
+    ] = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="Stop everything after showing (for scripts and tests)")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds each step may take")] = 90.0,
+) -> None:
+    """Run an API server, serve, both webhooks and the kind example on loopback; show
+    kubectl get svc, a denied selector and a live preview; stop on Ctrl-C. Needs a source
+    checkout and kubectl."""
+    from app.demo import run_demo
+
+    if api not in ("auto", "fake", "real"):
+        typer.echo(
+            f"error: --api: Unsupported value: {api!r}: supported values: auto, fake, real",
+            err=True,
+        )
+        raise typer.Exit(2)
+    raise typer.Exit(
+        run_demo(api=api, port=port, workdir=workdir, once=once, timeout=timeout)  # type: ignore[arg-type]
+    )
 
 
 certs = typer.Typer(help="Certificate tooling for development (see certs/README.md).")

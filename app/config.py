@@ -10,11 +10,14 @@ docs/reference/cilium-node-ipam.md §12, weak spot 12).
 
 from __future__ import annotations
 
+import difflib
+import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, Self
+from typing import Any, Literal, Self, TypeVar
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from app.core.options import (
     LOAD_BALANCER_CLASS,
@@ -30,17 +33,16 @@ LEADER_ELECTION_JITTER_FACTOR = 1.2
 AuthMode = Literal["kubernetes", "none"]
 
 
-class Settings(BaseSettings):
-    """Whole-process configuration; every field is also ``NODE_IPAM_<FIELD>``.
+ENV_PREFIX = "NODE_IPAM_"
 
-    ``serve`` flags map one-to-one onto these fields (``--default-lb-service-ipam`` →
-    ``default_lb_service_ipam``), except ``cilium_compat_fanout`` (benchmarks only), which
-    is set through its environment variable alone. Validation errors are raised as
-    :class:`pydantic.ValidationError` at start-up and name the field; cross-field checks
-    (leader-election and certificate timings) as a ``ValueError`` naming the settings.
-    """
 
-    model_config = SettingsConfigDict(env_prefix="NODE_IPAM_", extra="forbid")
+class SelectionConfig(BaseSettings):
+    """The selection settings (docs/design.md §2, §4.7) from ``NODE_IPAM_*`` variables and
+    keyword arguments (flags win): what ``preview`` reads, and the first fields of
+    :class:`Settings`. Validation errors are :class:`pydantic.ValidationError` naming
+    the field."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     # Selection (Cilium names).
     enable_node_ipam: bool = True
@@ -52,7 +54,34 @@ class Settings(BaseSettings):
     not_ready_grace_seconds: float = Field(default=60.0, ge=0)
     ip_mode: IPMode = "VIP"
 
-    # Process.
+    def selection(self) -> SelectionSettings:
+        """Return the pure :class:`SelectionSettings` view of these settings.
+
+        Raises:
+            ValueError: see :class:`SelectionSettings`.
+        """
+        return SelectionSettings(
+            load_balancer_class=self.load_balancer_class,
+            default_lb_service_ipam=self.default_lb_service_ipam,
+            match_node_labels_annotation=self.match_node_labels_annotation,
+            per_node_address_fallback=self.per_node_address_fallback,
+            exclude_not_ready_nodes=self.exclude_not_ready_nodes,
+            not_ready_grace_seconds=self.not_ready_grace_seconds,
+            ip_mode=self.ip_mode,
+        )
+
+
+class Settings(SelectionConfig):
+    """Whole-process configuration; every field is also ``NODE_IPAM_<FIELD>``.
+
+    ``serve`` flags map one-to-one onto these fields (``--default-lb-service-ipam`` →
+    ``default_lb_service_ipam``), except ``cilium_compat_fanout`` (benchmarks only), which
+    is set through its environment variable alone. Validation errors are raised as
+    :class:`pydantic.ValidationError` at start-up and name the field; cross-field checks
+    (leader-election and certificate timings) as a ``ValueError`` naming the settings.
+    """
+
+    # Process (the selection fields come from SelectionConfig).
     kubeconfig: Path | None = None
     bind_address: str = "0.0.0.0"
     port: int = Field(default=9443, ge=1, le=65535)
@@ -120,14 +149,74 @@ class Settings(BaseSettings):
             )
         return self
 
-    def selection(self) -> SelectionSettings:
-        """Return the pure :class:`SelectionSettings` view of these settings."""
-        return SelectionSettings(
-            load_balancer_class=self.load_balancer_class,
-            default_lb_service_ipam=self.default_lb_service_ipam,
-            match_node_labels_annotation=self.match_node_labels_annotation,
-            per_node_address_fallback=self.per_node_address_fallback,
-            exclude_not_ready_nodes=self.exclude_not_ready_nodes,
-            not_ready_grace_seconds=self.not_ready_grace_seconds,
-            ip_mode=self.ip_mode,
-        )
+
+ConfigT = TypeVar("ConfigT", bound=SelectionConfig)
+
+
+class InvalidSettings(ValueError):
+    """Settings that fail validation; ``str(err)`` is one line naming every bad flag, its
+    variable, the reason and the value given."""
+
+
+def from_flags(config: type[ConfigT], flags: Mapping[str, Any]) -> ConfigT:
+    """``config`` (:class:`Settings` or :class:`SelectionConfig`) from the flags that were
+    given (``None`` = not given) over ``NODE_IPAM_*`` variables, then its selection view
+    checked too.
+
+    Raises:
+        InvalidSettings: ``invalid setting: --default-lb-service-ipam
+            (NODE_IPAM_DEFAULT_LB_SERVICE_IPAM): Input should be 'lbipam', ...: 'x'``;
+            several problems are joined with ``; ``; a cross-field problem is its message.
+    """
+    given = {key: value for key, value in flags.items() if value is not None}
+    try:
+        settings = config(**given)
+        settings.selection()
+    except ValidationError as err:
+        problems = []
+        for error in err.errors():
+            if not error["loc"]:  # a cross-field check: its message names the settings
+                problems.append(str(error["msg"]).removeprefix("Value error, "))
+                continue
+            field = str(error["loc"][0])
+            flag = "--" + field.replace("_", "-")
+            problems.append(
+                f"{flag} ({ENV_PREFIX}{field.upper()}): {error['msg']}: {error.get('input')!r}"
+            )
+        raise InvalidSettings("invalid setting: " + "; ".join(problems)) from err
+    except (SettingsError, ValueError) as err:
+        raise InvalidSettings(f"invalid setting: {err}") from err
+    return settings
+
+
+def unknown_environment(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per ``NODE_IPAM_*`` variable that names no setting, in name order.
+
+    pydantic-settings ignores such a variable, so a misspelt
+    ``NODE_IPAM_PER_NODE_ADRESS_FALLBACK=true`` would silently do nothing. Each warning
+    names the variable and, when one is close (``difflib.get_close_matches``, cutoff 0.6,
+    compared without the prefix), the known variable it probably means. Variable names
+    are compared case-insensitively, as pydantic-settings reads them. ``environ``
+    defaults to ``os.environ``; values are never echoed (they may be secrets).
+    """
+    environ = os.environ if environ is None else environ
+    known = [name.upper() for name in Settings.model_fields]
+    warnings = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper.removeprefix(ENV_PREFIX) in known:
+            continue
+        # Compared without the shared prefix, which would make every name look close.
+        close = difflib.get_close_matches(upper.removeprefix(ENV_PREFIX), known, n=1)
+        hint = f"; did you mean {ENV_PREFIX}{close[0]}?" if close else ""
+        warnings.append(f"environment variable {name} is not a node-ipam-lb setting{hint}")
+    return warnings
+
+
+def effective(settings: SelectionConfig) -> dict[str, Any]:
+    """The settings as JSON-ready values (paths as text), for one start-up log line.
+
+    No field is a secret (tokens and keys are read from files whose *paths* are
+    settings), so every field is shown.
+    """
+    return settings.model_dump(mode="json")

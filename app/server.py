@@ -12,16 +12,14 @@ import signal
 import socket
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
-from pydantic import ValidationError
-from pydantic_settings import SettingsError
 
-from app.config import Settings
+from app.config import InvalidSettings, Settings, effective, from_flags, unknown_environment
 from app.core import pki
 from app.kube.client import ConnectError, connect
 from app.telemetry.logs import configure, log_event
@@ -49,24 +47,10 @@ def settings_from(flags: Mapping[str, Any]) -> Settings:
             environment variable, e.g. ``--default-lb-service-ipam
             (NODE_IPAM_DEFAULT_LB_SERVICE_IPAM): Input should be 'lbipam', ...``.
     """
-    given = {key: value for key, value in flags.items() if value is not None}
     try:
-        settings = Settings(**given)
-        settings.selection()
-    except ValidationError as err:
-        problems = []
-        for error in err.errors():
-            if not error["loc"]:  # a cross-field check: its message names the settings
-                problems.append(str(error["msg"]).removeprefix("Value error, "))
-                continue
-            field = str(error["loc"][0])
-            flag = "--" + field.replace("_", "-")
-            problems.append(
-                f"{flag} (NODE_IPAM_{field.upper()}): {error['msg']}: {error.get('input')!r}"
-            )
-        raise StartupError("invalid setting: " + "; ".join(problems)) from err
-    except (SettingsError, ValueError) as err:
-        raise StartupError(f"invalid setting: {err}") from err
+        settings = from_flags(Settings, flags)
+    except InvalidSettings as err:
+        raise StartupError(str(err)) from err
     if (settings.tls_cert_file is None) != (settings.tls_private_key_file is None):
         raise StartupError(
             "invalid setting: --tls-cert-file and --tls-private-key-file must be given together"
@@ -130,10 +114,13 @@ def tls_context(settings: Settings, *, workdir: Path) -> tls.ReloadingContext:
         raise StartupError(f"--tls-cert-file {cert_file}: cannot load the key pair: {err}") from err
 
 
-def build(settings: Settings, *, workdir: Path) -> tuple[Any, Any, uvicorn.Config]:
+def build(
+    settings: Settings, *, workdir: Path, connection: tuple[Any, bool] | None = None
+) -> tuple[Any, Any, uvicorn.Config]:
     """Wire controller, app and uvicorn config (without running); returns
     ``(controller, app, config)``. A generated certificate and key go to ``workdir``
-    (a private directory that must outlive the server).
+    (a private directory that must outlive the server). ``connection`` is what
+    :func:`api_client_for` returned, when already called.
 
     Raises:
         StartupError: see :func:`api_client_for` and :func:`tls_context`.
@@ -141,7 +128,7 @@ def build(settings: Settings, *, workdir: Path) -> tuple[Any, Any, uvicorn.Confi
     from app.controller.manager import Controller
     from app.kube.client import KubernetesAPI
 
-    api_client, in_cluster = api_client_for(settings)
+    api_client, in_cluster = connection or api_client_for(settings)
     auth = settings.auth or ("kubernetes" if in_cluster else "none")
     authorizer: Authorizer = (
         KubernetesAuthorizer(
@@ -188,23 +175,72 @@ def build(settings: Settings, *, workdir: Path) -> tuple[Any, Any, uvicorn.Confi
 def run(flags: Mapping[str, Any]) -> None:
     """``serve``: settings from ``flags`` (None = not given) and env, then :func:`serve`.
 
+    Unknown ``NODE_IPAM_*`` variables (:func:`app.config.unknown_environment`) are logged
+    as warnings once logging is set up; when the settings are invalid they are added to
+    the error, since a misspelt variable is a likely cause.
+
     Raises:
         StartupError: see :func:`settings_from` and :func:`build`.
     """
-    serve(settings_from(flags))
+    unknown = unknown_environment()
+    try:
+        settings = settings_from(flags)
+    except StartupError as err:
+        if unknown:
+            raise StartupError(f"{err}; note: {'; '.join(unknown)}") from err
+        raise
+    serve(settings, unknown_variables=unknown)
 
 
-def serve(settings: Settings) -> None:
-    """Run until SIGTERM/SIGINT; uvicorn's graceful shutdown runs the app lifespan's exit,
-    which stops the controller and releases the leader Lease.
+def listen(settings: Settings) -> socket.socket:
+    """Bind and listen on ``bind_address:port`` (TCP, IPv6 when the address holds ``:``),
+    before anything else starts, so a taken port fails start-up before any API write.
 
     Raises:
-        StartupError: see :func:`build`.
+        StartupError: the address cannot be bound, naming ``--bind-address``/``--port``
+            and the OS reason (``Address already in use``).
+    """
+    host, port = settings.bind_address, settings.port
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's default backlog
+    except OSError as err:
+        sock.close()
+        raise StartupError(
+            f"--bind-address {host} --port {port}: cannot listen:"
+            f" {err.strerror or err} (is another process using port {port}?)"
+        ) from err
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
+    """Run until SIGTERM/SIGINT; uvicorn's graceful shutdown runs the app lifespan's exit,
+    which stops the controller (and releases the leader Lease when leader election is on).
+
+    Order: logging; one warning per unknown variable; one ``settings`` line with every
+    effective setting; the cluster configuration (read only, no request); the listening
+    socket (:func:`listen`); only then certificates, controller and app (:func:`build`),
+    so a taken port exits before any API request, let alone a write.
+
+    Raises:
+        StartupError: see :func:`api_client_for`, :func:`listen` and :func:`build`.
     """
     configure(settings.log_level)
-    with tempfile.TemporaryDirectory(prefix="node-ipam-lb-tls-") as workdir:
-        _, _, config = build(settings, workdir=Path(workdir))
-        _GracefulServer(config).run()
+    for warning in unknown_variables:
+        log.warning(warning)
+    log_event(log, "settings", **effective(settings))
+    connection = api_client_for(settings)
+    sock = listen(settings)
+    try:
+        with tempfile.TemporaryDirectory(prefix="node-ipam-lb-tls-") as workdir:
+            _, _, config = build(settings, workdir=Path(workdir), connection=connection)
+            _GracefulServer(config).run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 class _GracefulServer(uvicorn.Server):

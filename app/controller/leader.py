@@ -196,16 +196,23 @@ class LeaderElector:
             return True
         except ApiError as err:
             if err.status != 409:
-                log_event(LOG, "lease request failed", level=logging.WARNING, error=str(err))
+                log_event(
+                    LOG,
+                    "lease request failed",
+                    level=logging.WARNING,
+                    error=str(err),
+                    retry_period_seconds=self._retry_period,
+                )
             return False
 
     def _missing_namespace_message(self) -> str:
         return (
             f"cannot create Lease {self._namespace}/{self._name}: namespace"
-            f" {self._namespace!r} not found; this replica will never lead nor write any"
-            f" status. Create the namespace (kubectl create namespace {self._namespace}),"
-            " or choose another with --leader-election-namespace, or run a single replica"
-            " with --no-leader-elect"
+            f" {self._namespace!r} not found; this replica cannot lead, so it writes no"
+            " status, until the namespace exists (retrying with backoff up to"
+            f" {MISSING_NAMESPACE_MAX_BACKOFF:g} s). Create the namespace (kubectl create"
+            f" namespace {self._namespace}), or choose another with"
+            " --leader-election-namespace, or run a single replica with --no-leader-elect"
         )
 
     def _namespace_missing(self, err: ApiError) -> None:

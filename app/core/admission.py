@@ -25,6 +25,7 @@ from app.core.nodeipam import NodeIndex, Selection, is_managed, select
 from app.core.options import SelectionSettings
 from app.core.selection_memo import SelectionMemo
 from app.core.selector import SelectorError, go_quote, parse_cached
+from app.core.text import elide
 from app.core.views import EndpointSliceView, NodeView, ServiceView, ViewError, service_view
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
@@ -185,7 +186,7 @@ def validate(
         try:
             empty_selector = parse_cached(value).empty()
         except SelectorError as err:
-            message = f"metadata.annotations[{key}]: Invalid value: {go_quote(value)}: {err}"
+            message = f"metadata.annotations[{key}]: Invalid value: {go_quote(elide(value))}: {err}"
             old_value = (
                 _annotation(request.old_object, key, field="request.oldObject")
                 if request.old_object is not None
@@ -350,5 +351,6 @@ def _json_type(value: object) -> str:
 
 
 def _short(text: str) -> str:
-    """Cut a warning to the 120 characters the API server keeps intact."""
-    return text if len(text) <= MAX_WARNING_CHARS else text[: MAX_WARNING_CHARS - 3] + "..."
+    """Cut a warning to the 120 characters the API server keeps intact, in the middle
+    (:func:`app.core.text.elide`), so its end, the reason, stays."""
+    return elide(text, MAX_WARNING_CHARS)

@@ -80,7 +80,8 @@ class Dump:
     """Objects read from dumps, as plain dicts, in reading order.
 
     ``origins`` maps ``id(obj)`` to where it was read (``cluster.yaml: items[3]``), see
-    :meth:`where`; ``skipped`` counts objects of other kinds by kind.
+    :meth:`where`; ``skipped`` counts objects of other kinds by kind; ``empty`` names the
+    files without any object (an empty file, a List with no items).
     """
 
     nodes: list[dict[str, Any]] = field(default_factory=list)
@@ -88,6 +89,8 @@ class Dump:
     endpoint_slices: list[dict[str, Any]] = field(default_factory=list)
     origins: dict[int, str] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
+    empty: list[str] = field(default_factory=list)
+    """Files (``<stdin>`` for ``-``) that held no Kubernetes object at all."""
 
     def where(self, obj: Mapping[str, Any]) -> str:
         """Where ``obj`` was read, e.g. ``cluster.yaml: items[3] (Node kind-worker)``."""
@@ -246,6 +249,7 @@ def load_dump(paths: Sequence[str]) -> Dump:
     for path in paths:
         name = "<stdin>" if path == "-" else path
         docs = [d for d in parse_documents(_read(path), name=name) if d is not None]
+        before = read
         for number, doc in enumerate(docs, start=1):
             where = f"{name}: document {number}" if len(docs) > 1 else name
             for obj, origin in _objects(doc, where):
@@ -260,19 +264,32 @@ def load_dump(paths: Sequence[str]) -> Dump:
                     continue
                 getattr(dump, attr).append(obj)
                 dump.origins[id(obj)] = f"{origin} ({_describe(obj)})"
+        if read == before:
+            dump.empty.append(name)
     return dump
 
 
 def load_views(
     paths: Sequence[str], *, match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
 ) -> DumpViews:
-    """:func:`load_dump`, then project every object (``app.core.views``).
+    """:func:`load_dump`, then :func:`project`.
 
     Raises:
-        DumpError: unusable input, including a :class:`~app.core.views.ViewError`, prefixed with
-            where the object was read (``cluster.yaml: items[2] (Node n1): metadata...``).
+        DumpError: unusable input (see both).
     """
-    dump = load_dump(paths)
+    return project(load_dump(paths), match_node_labels_annotation=match_node_labels_annotation)
+
+
+def project(
+    dump: Dump, *, match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
+) -> DumpViews:
+    """Project every object of ``dump`` (``app.core.views``): the same path for a file and
+    for objects listed from a live cluster.
+
+    Raises:
+        DumpError: a :class:`~app.core.views.ViewError`, prefixed with where the object
+            was read (``cluster.yaml: items[2] (Node n1): metadata...``).
+    """
     try:
         obj: Mapping[str, Any] = {}
         nodes = {}

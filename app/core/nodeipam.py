@@ -23,6 +23,7 @@ from typing import Any
 from app.core.nodeindex import NodeIndex, node_index
 from app.core.options import SelectionSettings
 from app.core.selector import Selector, SelectorError, parse_cached
+from app.core.text import elide
 from app.core.verdicts import NodeVerdict, VerdictKey, family_names, new_verdict, selection_reason
 from app.core.views import (
     FAMILY_BIT,
@@ -256,7 +257,8 @@ def select(
         selector = _selector(service, settings, warnings)
     except SelectorError as err:
         where = f"metadata.annotations[{settings.match_node_labels_annotation}]"
-        error = f"{where}: Invalid value: {json.dumps(service.match_node_labels)}: {err}"
+        quoted = json.dumps(elide(service.match_node_labels or ""))
+        error = f"{where}: Invalid value: {quoted}: {err}"
         return Selection(
             service.namespace, service.name, True, "invalid node selector annotation",
             None, error, (), (), None,

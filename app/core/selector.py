@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import NamedTuple
 
+from app.core.text import elide
+
 __all__ = [
     "DOES_NOT_EXIST",
     "DOUBLE_EQUALS",
@@ -384,7 +386,7 @@ def go_quote(text: str) -> str:
 
 def _invalid(path: str, value: str, detail: str) -> str:
     """apimachinery ``field.Invalid(...).Error()``."""
-    return f"{path}: Invalid value: {go_quote(value)}: {detail}"
+    return f"{path}: Invalid value: {go_quote(elide(value))}: {detail}"
 
 
 def _aggregate(messages: list[str]) -> str:
@@ -408,7 +410,7 @@ _OPERATOR_LIST = "in, notin, =, ==, !=, gt, lt"
 
 
 def _found(token: _Token, expected: str) -> SelectorError:
-    found = _escape(token.text)
+    found = _escape(elide(token.text))
     return SelectorError(f"found '{found}', expected: {expected}", position=token.position)
 
 

@@ -13,13 +13,15 @@ kube-apiserver measures (Go ``len``). Pure functions, no I/O.
 from __future__ import annotations
 
 ELLIPSIS = "…"
+DEFAULT_LIMIT = 200
+"""Characters of a quoted value kept in a message by default."""
 
 
 def _marker(omitted: int, unit: str) -> str:
     return f"{ELLIPSIS}[{omitted:,} {unit} omitted]{ELLIPSIS}"
 
 
-def elide(value: str, limit: int) -> str:
+def elide(value: str, limit: int = DEFAULT_LIMIT) -> str:
     """``value`` unchanged when it has at most ``limit`` characters, else its head and tail
     around a marker, the whole at most ``limit`` characters.
 

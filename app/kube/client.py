@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlencode
@@ -32,6 +33,12 @@ COLLECTIONS: dict[str, str] = {
     "endpointslices": "/apis/discovery.k8s.io/v1/endpointslices",
 }
 """Cluster-wide collection path of each watched kind."""
+
+LIST_PAGE_SIZE = 500
+"""Page size of :meth:`KubernetesAPI.list_items` (kubectl's ``--chunk-size`` default)."""
+MAX_LIST_ITEMS = 1_000_000
+"""Most objects one :meth:`KubernetesAPI.list_items` call reads (a 5,000-node cluster has
+~50,000 Nodes, Services and EndpointSlices together)."""
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -177,6 +184,56 @@ class KubernetesAPI:
         if continue_token:
             query.append(("continue", continue_token))
         return self._json("GET", COLLECTIONS[kind], query=query)
+
+    def list_items(
+        self,
+        kind: Kind,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = LIST_PAGE_SIZE,
+        max_items: int = MAX_LIST_ITEMS,
+    ) -> list[dict[str, Any]]:
+        """Every object of ``kind`` (in ``namespace``; ``None`` = all namespaces, the only
+        form for ``nodes``), optionally matching ``label_selector``, read in pages of
+        ``page_size`` with ``limit``/``continue`` like ``kubectl get`` (API concepts,
+        "Retrieving large results sets in chunks"). Objects are plain dicts without
+        ``kind``/``apiVersion`` (the List carries them).
+
+        Raises:
+            ApiError: a failed page (410 Expired when the continue token outlived
+                compaction), or more than ``max_items`` objects (status 0, naming the
+                limit), so one call's memory stays bounded.
+        """
+        path = COLLECTIONS[kind]
+        if namespace is not None:
+            if kind == "nodes":
+                raise ValueError("namespace: Forbidden: nodes are cluster-scoped")
+            prefix, _, plural = path.rpartition("/")
+            path = f"{prefix}/namespaces/{namespace}/{plural}"
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            query: list[tuple[str, Any]] = [("limit", page_size)]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if token:
+                query.append(("continue", token))
+            page = self._json("GET", path, query=query)
+            listed = page.get("items") or []
+            if not isinstance(listed, list):
+                raise ApiError(0, f"GET {path}: items is not a list")
+            items.extend(item for item in listed if isinstance(item, dict))
+            if len(items) > max_items:
+                raise ApiError(0, f"GET {path}: more than {max_items} {kind}: refusing to read on")
+            metadata = page.get("metadata")
+            token = metadata.get("continue") if isinstance(metadata, dict) else None
+            if not token:
+                return items
+
+    def read_service(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET a Service; ``None`` when it does not exist (404)."""
+        return self._json_or_none("GET", f"/api/v1/namespaces/{namespace}/services/{name}")
 
     def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> WatchStream:
         """See :meth:`KubeAPI.watch`; the socket read timeout is ``timeout_seconds + 15``."""
@@ -365,9 +422,10 @@ class KubernetesAPI:
         content_type: str = "application/json",
         timeout: tuple[float, float] | None,
     ) -> Any:
-        """Send one request on the client's own connection pool (its TLS, proxy and retry
-        configuration) with its default headers and bearer-token auth (``refresh_api_key_hook``
-        runs, so exec/OIDC tokens refresh). Returns the unread ``urllib3`` response.
+        """Send one request on the client's own connection pool (its TLS and proxy
+        configuration; never retried: ``retries=False``) with its default headers and
+        bearer-token auth (``refresh_api_key_hook`` runs, so exec/OIDC tokens refresh).
+        Returns the unread ``urllib3`` response.
 
         The generated ``param_serialize``/``call_api`` layer is skipped on purpose: it walks
         every header and body value to "sanitize" it, which cost ~10 % of the controller's
@@ -400,6 +458,10 @@ class KubernetesAPI:
                 body=data,
                 headers=headers,
                 timeout=urllib3.Timeout(connect=connect, read=read),
+                # One attempt per call: our callers retry with their own backoff and log
+                # one line per failure (urllib3's default Retry(3) would log a "Retrying"
+                # warning per attempt and multiply every timeout by four).
+                retries=False,
                 preload_content=False,
                 assert_same_host=False,
                 redirect=False,
@@ -510,20 +572,89 @@ def connect(kubeconfig: Path | None) -> tuple[Any, bool]:
         ConnectError: the kubeconfig cannot be loaded (names ``--kubeconfig`` and the
             path), or none is given and the process does not run in a Pod.
     """
+    if kubeconfig is not None:
+        return _from_kubeconfig(str(kubeconfig), origin="--kubeconfig")[0], False
+    return _in_cluster("give --kubeconfig PATH (NODE_IPAM_KUBECONFIG)"), True
+
+
+def _from_kubeconfig(
+    path: str, *, origin: str, context: str | None = None
+) -> tuple[Any, dict[str, Any] | None]:
+    """``(ApiClient, chosen context entry)`` from the kubeconfig file(s) ``path``.
+
+    Raises:
+        ConnectError: ``<origin> <path>: cannot load: <reason>``.
+    """
+    from kubernetes import config
+
+    try:
+        api_client = config.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
+        contexts, current = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError, ValueError, TypeError) as err:
+        raise ConnectError(f"{origin} {path}: cannot load: {err}") from err
+    chosen = next((c for c in contexts or () if c.get("name") == context), current)
+    return api_client, chosen
+
+
+def _in_cluster(hint: str) -> Any:
+    """An ApiClient from the Pod's service account.
+
+    Raises:
+        ConnectError: not in a Pod; the message starts with ``no cluster to talk to:``
+            and ``hint`` (how to give a kubeconfig).
+    """
     from kubernetes import client, config
 
-    if kubeconfig is not None:
-        try:
-            client_ = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-            return client_, False
-        except (config.ConfigException, OSError, ValueError, TypeError) as err:
-            raise ConnectError(f"--kubeconfig {kubeconfig}: cannot load: {err}") from err
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException as err:
         raise ConnectError(
-            "no cluster to talk to: give --kubeconfig PATH (NODE_IPAM_KUBECONFIG) or run"
-            f" in a Pod with a service account ({err})"
+            f"no cluster to talk to: {hint} or run in a Pod with a service account ({err})"
         ) from err
-    return client.ApiClient(configuration), True
+    return client.ApiClient(configuration)
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def connect_like_kubectl(
+    kubeconfig: Path | None = None,
+    *,
+    context: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[Any, str]:
+    """A ``kubernetes.client.ApiClient`` and the default namespace, found as ``kubectl`` finds
+    them (client-go ``clientcmd`` loading rules).
+
+    Order: ``kubeconfig`` (``--kubeconfig``); else ``$KUBECONFIG`` (a list of files joined
+    by ``os.pathsep``, merged); else ``~/.kube/config`` when it exists; else the in-cluster
+    configuration (service account of a Pod). The namespace is the chosen context's
+    ``namespace`` (``context`` or the current one), else ``default``; in a Pod it is
+    ``$POD_NAMESPACE``, else the service account's namespace file, else ``default``.
+
+    Raises:
+        ConnectError: the kubeconfig cannot be loaded or has no such context (naming the
+            file and the reason), or there is none and the process does not run in a Pod.
+    """
+    environ = os.environ if environ is None else environ
+    path: str | None = str(kubeconfig) if kubeconfig is not None else None
+    origin = "--kubeconfig"
+    if path is None and environ.get("KUBECONFIG"):
+        path, origin = environ["KUBECONFIG"], "KUBECONFIG"
+    if path is None:
+        home = Path(environ.get("HOME") or Path.home()) / ".kube" / "config"
+        if home.is_file():
+            path, origin = str(home), "kubeconfig"
+    if path is not None:
+        api_client, chosen = _from_kubeconfig(path, origin=origin, context=context)
+        namespace = ((chosen or {}).get("context") or {}).get("namespace")
+        return api_client, namespace if isinstance(namespace, str) and namespace else "default"
+    api_client = _in_cluster("give --kubeconfig PATH or set KUBECONFIG, create ~/.kube/config,")
+    namespace = environ.get("POD_NAMESPACE", "")
+    if not namespace:
+        try:
+            namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+        except OSError:
+            namespace = ""
+    return api_client, namespace or "default"

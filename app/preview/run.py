@@ -1,42 +1,125 @@
-"""``node-ipam-lb preview``: run the selection core offline on a cluster dump (docs/design.md §8).
+"""``node-ipam-lb preview``: run the selection core on a cluster dump or on the live cluster
+(docs/design.md §8).
+
+Input: ``-f`` files (what ``kubectl get nodes,services,endpointslices -A -o yaml|json``
+prints), or without ``-f`` the live cluster (:mod:`app.preview.live`). Which Services are
+shown is a :class:`Scope` (``kubectl get`` semantics: ``NAME``, ``NAMESPACE/NAME``, ``-n``,
+``-A``).
 
 Output formats: ``table`` (like ``kubectl get svc``: NAMESPACE, NAME, CLASS, EXTERNAL-IP,
-REASON; warnings go to stderr as ``Warning: ...`` lines, like kubectl's), ``json`` and
-``yaml`` (``{"items": [Selection.to_dict(), ...]}``, streamed item by item by
-:mod:`app.preview.output`).
+REASON), ``wide`` (adds CURRENT, the stored ``status.loadBalancer.ingress``, CHANGE,
+``yes`` when the controller would write a different ingress, and NODES, the per-node
+verdict summary), ``json`` and ``yaml`` (``{"items": [Selection.to_dict(), ...]}``,
+streamed item by item by :mod:`app.preview.output`). Warnings go to stderr as
+``Warning: ...`` lines like kubectl's, each distinct text once (a bad Node address is one
+line, naming how many Services it touches). With no Service to show, the table form
+prints nothing on stdout and ``No resources found[ in NS namespace].`` on stderr, exit
+0, as kubectl does; a file without any object also gets a ``Warning: FILE: no Kubernetes
+objects`` line. Long values in table cells are cut in the middle
+(:func:`app.core.text.elide`).
 
 Exit codes: 0 every Service previewed; 1 previewed, but at least one Service has an
-``error`` (malformed selector annotation: the controller would not write its status);
-2 unusable input or settings (one ``error: ...`` line on stderr naming the file and
-object, nothing on stdout).
+``error`` (malformed selector annotation: the controller would not write its status) or a
+named Service does not exist; 2 unusable input or settings (one ``error: ...`` line on
+stderr naming the file and object, nothing on stdout).
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-from app.core.dump import DumpError, DumpViews, load_views
+from app.core.dump import Dump, DumpError, DumpViews, load_dump, project
 from app.core.nodeipam import Selection, select
 from app.core.options import SelectionSettings
-from app.core.views import EndpointSliceView
+from app.core.status import ingress_differs
+from app.core.text import elide
+from app.core.views import EndpointSliceView, ServiceView
 from app.preview.output import write_json, write_yaml
 
-OUTPUT_FORMATS = ("table", "json", "yaml")
+OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
 EXIT_OK, EXIT_SERVICE_ERROR, EXIT_UNUSABLE = 0, 1, 2
+CELL_CHARS = 300
+"""Longest table cell; longer ones (a reason quoting a huge selector) are cut in the middle."""
+NAMES_IN_WARNING = 3
+"""Services named in a warning shared by several; the rest are counted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which Services to show, as ``kubectl get services`` picks them.
+
+    ``namespace`` ``None`` means all namespaces (``-A``, or a dump without ``-n``);
+    ``names`` are ``(namespace, name)`` pairs, namespace ``None`` = ``namespace``'s.
+    No names: every Service of the namespace(s).
+    """
+
+    namespace: str | None = None
+    names: tuple[tuple[str | None, str], ...] = ()
+
+    def wanted(self, svc: ServiceView) -> bool:
+        """True when ``svc`` is in this scope."""
+        if self.names:
+            return any(
+                name == svc.name and (ns or self.namespace) in (None, svc.namespace)
+                for ns, name in self.names
+            )
+        return self.namespace is None or svc.namespace == self.namespace
+
+    def only(self, namespace: str | None, name: str) -> Scope:
+        """This scope narrowed to one of its names."""
+        return Scope(namespace=self.namespace, names=((namespace, name),))
+
+    def where(self) -> str:
+        """`` in NS namespace`` or ``""`` (kubectl's "No resources found" suffix)."""
+        return "" if self.namespace is None else f" in {self.namespace} namespace"
+
+
+def parse_scope(
+    args: Sequence[str], *, namespace: str | None, all_namespaces: bool, default: str | None
+) -> Scope:
+    """The :class:`Scope` of ``preview [NAME|NAMESPACE/NAME ...] [-n NS] [-A]``.
+
+    ``default`` is the namespace used when neither ``-n`` nor ``-A`` is given (the
+    kubeconfig context's for the live cluster; ``None``, all, for a dump).
+
+    Raises:
+        ValueError: ``-A`` with a bare NAME (kubectl: a resource cannot be retrieved by
+            name across all namespaces), ``-n`` with ``-A``, or an argument with an empty
+            part or more than one ``/``.
+    """
+    if all_namespaces and namespace:
+        raise ValueError("--namespace and --all-namespaces cannot be used together")
+    names: list[tuple[str | None, str]] = []
+    for arg in args:
+        ns, slash, name = arg.rpartition("/")
+        if not name or (slash and not ns) or "/" in ns:
+            raise ValueError(f"{arg!r}: Invalid value: must be NAME or NAMESPACE/NAME")
+        if not slash and all_namespaces:
+            raise ValueError(
+                f"{arg!r}: a resource cannot be retrieved by name across all namespaces"
+                " (use NAMESPACE/NAME, or -n NAMESPACE)"
+            )
+        names.append((ns or None, name))
+    scope_ns = None if all_namespaces else (namespace or default)
+    return Scope(namespace=scope_ns, names=tuple(names))
 
 
 def preview_dump(
-    views: DumpViews, *, settings: SelectionSettings, now: float
+    views: DumpViews, *, settings: SelectionSettings, now: float, scope: Scope | None = None
 ) -> Iterator[Selection]:
-    """One :class:`Selection` per Service of ``views``, in namespace/name order, computed
-    as it is consumed (a 5,000-node Selection holds 5,000 verdicts)."""
+    """One :class:`Selection` per Service of ``views`` in ``scope`` (default all), in
+    namespace/name order, computed as it is consumed (a 5,000-node Selection holds 5,000
+    verdicts)."""
     by_service: dict[tuple[str, str | None], list[EndpointSliceView]] = defaultdict(list)
     for s in views.endpoint_slices:
         by_service[s.namespace, s.service_name].append(s)
     for svc in views.services:
+        if scope is not None and not scope.wanted(svc):
+            continue
         yield select(
             service=svc,
             nodes=views.nodes,
@@ -46,39 +129,105 @@ def preview_dump(
         )
 
 
+def _ips(entries: Sequence[Any] | None) -> str:
+    return ",".join(str(e.get("ip") or e.get("hostname") or "") for e in entries or ())
+
+
 def _external_ip(sel: Selection) -> str:
     if not sel.managed:
         return "<not managed>"
     if sel.ingress is None:
         return "<error>"
-    return ",".join(e["ip"] for e in sel.ingress) or "<pending>"
+    return _ips(sel.ingress) or "<pending>"
 
 
-def format_table(selections: Sequence[Selection], classes: Sequence[str | None]) -> str:
-    """``kubectl get svc``-style table; REASON is filled only when there is no IP to show."""
-    rows = [("NAMESPACE", "NAME", "CLASS", "EXTERNAL-IP", "REASON")]
-    for sel, cls in zip(selections, classes, strict=True):
+def would_change(sel: Selection, svc: ServiceView) -> bool:
+    """True when the controller would write ``sel``'s ingress over ``svc``'s stored one
+    (the reconciler's own comparison, :func:`app.core.status.ingress_differs`); never for
+    a Service it does not write (not managed, or a malformed selector)."""
+    return sel.ingress is not None and ingress_differs(sel.ingress, svc.ingress)
+
+
+def node_summary(sel: Selection) -> str:
+    """``2/4 selected (ExcludedByLabel 1, SelectorMismatch 1)``: the per-node verdicts in
+    one cell; ``""`` when there are none (a Service that is not managed)."""
+    if not sel.nodes:
+        return ""
+    codes = Counter(v.code for v in sel.nodes if not v.selected)
+    selected = sum(1 for v in sel.nodes if v.selected)
+    detail = ", ".join(f"{code} {count}" for code, count in sorted(codes.items()))
+    return f"{selected}/{len(sel.nodes)} selected" + (f" ({detail})" if detail else "")
+
+
+def format_table(
+    selections: Sequence[Selection],
+    services: Sequence[ServiceView],
+    *,
+    wide: bool = False,
+) -> str:
+    """``kubectl get svc``-style table; REASON is filled only when there is no IP to show.
+
+    ``services`` are the Services of ``selections``, in the same order (CLASS, and with
+    ``wide`` CURRENT and CHANGE, come from them).
+    """
+    header = ["NAMESPACE", "NAME", "CLASS", "EXTERNAL-IP"]
+    if wide:
+        header += ["CURRENT", "CHANGE", "NODES"]
+    rows = [[*header, "REASON"]]
+    for sel, svc in zip(selections, services, strict=True):
         reason = "" if sel.ingress else (sel.error or sel.reason)
-        rows.append((sel.namespace, sel.name, cls or "<none>", _external_ip(sel), reason))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        row = [sel.namespace, sel.name, svc.load_balancer_class or "<none>", _external_ip(sel)]
+        if wide:
+            current = _ips(svc.ingress) or "<none>"
+            row += [current, "yes" if would_change(sel, svc) else "no", node_summary(sel)]
+        rows.append([elide(cell, CELL_CHARS) for cell in [*row, reason]])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "\n".join(
         "   ".join(cell.ljust(w) for cell, w in zip(r, [*widths, 0], strict=True)).rstrip()
         for r in rows
     )
 
 
+def warning_lines(selections: Sequence[Selection]) -> list[str]:
+    """One ``Warning: ...`` line per distinct warning text, in first-seen order: a warning
+    about a Node (an address that is not an IP) is printed once, not once per Service.
+
+    Shared by one Service: ``Warning: ns/name: text``; by several: ``Warning: text (N
+    Services: a, b, c, ...)``."""
+    by_text: dict[str, list[str]] = {}
+    for sel in selections:
+        for warning in sel.warnings:
+            by_text.setdefault(warning, []).append(f"{sel.namespace}/{sel.name}")
+    lines = []
+    for text, keys in by_text.items():
+        if len(keys) == 1:
+            lines.append(f"Warning: {keys[0]}: {elide(text, CELL_CHARS)}")
+            continue
+        more = ", ..." if len(keys) > NAMES_IN_WARNING else ""
+        shown = ", ".join(keys[:NAMES_IN_WARNING]) + more
+        lines.append(f"Warning: {elide(text, CELL_CHARS)} ({len(keys)} Services: {shown})")
+    return lines
+
+
+DumpSource = Callable[[], Dump]
+"""Produces the objects to preview (files, or the live cluster); raises :class:`DumpError`."""
+
+
 def run_preview(
     *,
     paths: Sequence[str],
     output: str,
-    settings: dict[str, Any],
+    settings: dict[str, Any] | SelectionSettings,
     stdout: TextIO,
     stderr: TextIO,
     now: float | None = None,
+    scope: Scope | None = None,
+    source: DumpSource | None = None,
 ) -> int:
-    """Read ``paths``, preview every Service, print in ``output`` format; return the exit code.
+    """Read ``paths`` (or call ``source``), preview every Service in ``scope``, print in
+    ``output`` format; return the exit code.
 
-    ``settings`` are :class:`SelectionSettings` keyword arguments (validated here).
+    ``settings`` are :class:`SelectionSettings` or its keyword arguments (validated here).
     Never raises for bad input: errors are one ``error: ...`` line on ``stderr``.
     """
     if output not in OUTPUT_FORMATS:
@@ -88,26 +237,45 @@ def run_preview(
             file=stderr,
         )
         return EXIT_UNUSABLE
+    scope = scope or Scope()
     try:
-        selection_settings = SelectionSettings(**settings)
-        views = load_views(
-            paths, match_node_labels_annotation=selection_settings.match_node_labels_annotation
+        selection_settings = (
+            settings if isinstance(settings, SelectionSettings) else SelectionSettings(**settings)
+        )
+        dump = source() if source is not None else load_dump(paths)
+        views = project(
+            dump, match_node_labels_annotation=selection_settings.match_node_labels_annotation
         )
     except (DumpError, ValueError) as err:
         print(f"error: {err}", file=stderr)
         return EXIT_UNUSABLE
+    for name in dump.empty:
+        print(f"Warning: {name}: no Kubernetes objects", file=stderr)
+    missing = [
+        (ns or scope.namespace or "default", name)
+        for ns, name in scope.names
+        if not any(scope.only(ns, name).wanted(s) for s in views.services)
+    ]
+    for ns, name in missing:
+        print(
+            f'Error from server (NotFound): services "{name}" not found in namespace "{ns}"',
+            file=stderr,
+        )
+    failed = bool(missing)
     selections = preview_dump(
-        views, settings=selection_settings, now=time.time() if now is None else now
+        views, settings=selection_settings, now=time.time() if now is None else now, scope=scope
     )
-    if output == "table":
+    if output in ("table", "wide"):
         listed = list(selections)
-        classes = [svc.load_balancer_class for svc in views.services]
-        print(format_table(listed, classes), file=stdout)
-        for sel in listed:
-            for warning in sel.warnings:
-                print(f"Warning: {sel.namespace}/{sel.name}: {warning}", file=stderr)
-        return EXIT_SERVICE_ERROR if any(s.error for s in listed) else EXIT_OK
-    failed = False
+        if not listed:
+            if not missing:
+                print(f"No resources found{scope.where()}.", file=stderr)
+            return EXIT_SERVICE_ERROR if failed else EXIT_OK
+        services = [svc for svc in views.services if scope.wanted(svc)]
+        print(format_table(listed, services, wide=output == "wide"), file=stdout)
+        for line in warning_lines(listed):
+            print(line, file=stderr)
+        return EXIT_SERVICE_ERROR if failed or any(s.error for s in listed) else EXIT_OK
 
     def tracked() -> Iterator[Selection]:
         nonlocal failed

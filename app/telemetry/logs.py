@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from typing import Any
 
@@ -47,6 +48,22 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(line, default=str, separators=(",", ":"))
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of each record (like
+    ``logging.lastResort``), not the stream current when logging was configured."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def configure(level: str = "info") -> None:
     """Send the root logger's output to stderr as JSON lines at ``level``.
 
@@ -58,7 +75,7 @@ def configure(level: str = "info") -> None:
     for handler in root.handlers:
         if isinstance(handler.formatter, JSONFormatter):
             return
-    handler = logging.StreamHandler()
+    handler = _StderrHandler()
     handler.setFormatter(JSONFormatter())
     root.addHandler(handler)
 

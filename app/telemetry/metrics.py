@@ -2,15 +2,31 @@
 
 Names follow controller-runtime and client-go workqueue metrics so existing dashboards
 work (reference: docs/reference/kubernetes-conventions.md §8). The web layer adds its
-webhook metrics to :data:`REGISTRY` and serves it on ``/metrics``.
+webhook metrics to :data:`REGISTRY` and serves it on ``/metrics``. Counters and histograms
+have no ``*_created`` series; the ``process_*`` family is registered here too.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+)
+
+# No ``*_created`` sample per counter and histogram: client_golang (controller-runtime's
+# metrics) has none in the text format, and each would double the series per family.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 """Registry served on ``/metrics``; register every metric of the process here."""
+
+PROCESS = ProcessCollector(registry=REGISTRY)
+"""``process_*`` (CPU seconds, resident and virtual memory, open and max file descriptors,
+start time), as client_golang's process collector exposes them (Linux ``/proc``)."""
 
 CONTROLLER = "service-nodeipam"
 """Value of the ``controller`` label (controller-runtime labels metrics by controller name)."""

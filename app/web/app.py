@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from app import __version__
 from app.config import Settings
 from app.telemetry.logs import log_event
 from app.web.auth import AllowAll, Authorizer
@@ -70,7 +71,11 @@ def create_app(
             yield
         finally:
             if controller is not None:
-                log.info("stopping the controller (releasing the leader Lease)")
+                log.info(
+                    "stopping the controller (releasing the leader Lease)"
+                    if settings.leader_elect
+                    else "stopping the controller"
+                )
                 await run_in_threadpool(controller.stop)
             for task in background:
                 await run_in_threadpool(task.stop)
@@ -78,7 +83,7 @@ def create_app(
     app = FastAPI(
         title="node-ipam-lb",
         summary="Node addresses as LoadBalancer ingress (io.cilium/node)",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
     )
     app.state.node_ipam = state

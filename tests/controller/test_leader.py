@@ -186,6 +186,9 @@ def test_a_missing_lease_namespace_is_reported_once_and_retried_with_backoff(
         assert needle in error.getMessage()
     for flag in ("--leader-election-namespace", "--no-leader-elect"):
         assert flag in error.getMessage()
+    # Honest: it leads once the namespace exists (below), so it must not say "never".
+    assert "never" not in error.getMessage()
+    assert "until the namespace exists" in error.getMessage()
     assert a.problem() == error.getMessage()
     assert all(
         base <= w <= base * 1.2 for w, base in zip(waits, [2, 4, 8, 16, 30, 30, 30], strict=True)

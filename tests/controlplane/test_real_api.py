@@ -85,8 +85,8 @@ def test_kubectl_applies_the_kind_example_verbatim(control_plane: ControlPlane) 
 
 
 def _example_in(namespace: str) -> dict[str, Any]:
-    """The example List with its namespaced objects moved to ``namespace``; server-allocated Service fields
-    (clusterIP, node ports) are dropped so the server allocates its own."""
+    """The example List with its namespaced objects moved to ``namespace``; server-allocated
+    Service fields (clusterIP, node ports) are dropped so the server allocates its own."""
     listing: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     for item in listing["items"]:
         if item["kind"] == "Node":

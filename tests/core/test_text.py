@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.text import elide, elide_bytes
+from app.core.text import DEFAULT_LIMIT, elide, elide_bytes
 
 
 @pytest.mark.parametrize("value", ["", "short", "x" * 40])
@@ -62,3 +62,14 @@ def test_elide_bytes_keeps_a_reason_at_the_end_of_a_message_with_a_huge_value() 
     assert cut.startswith("metadata.annotations[x]: Invalid value:")
     assert cut.endswith('": found ","')
     assert len(cut.encode()) <= 1024
+
+
+@pytest.mark.parametrize("size", [201, 1000, 200_000, 10_000_000])
+def test_long_values_are_bounded_to_the_default_and_keep_both_ends(size: int) -> None:
+    value = "<" + "x" * (size - 2) + ">"
+    cut = elide(value)
+    assert len(cut) <= DEFAULT_LIMIT
+    assert cut.startswith("<xx") and cut.endswith("xx>")
+    omitted = int(cut.split("…[")[1].split(" characters omitted]…")[0].replace(",", ""))
+    marker = f"…[{omitted:,} characters omitted]…"
+    assert len(cut) - len(marker) + omitted == size

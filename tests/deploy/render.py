@@ -6,14 +6,14 @@ Shared by the deploy tests: one render per directory per test session.
 from __future__ import annotations
 
 import functools
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.kubectl import kubectl
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -34,11 +34,8 @@ WEBHOOK_CONFIGURATION = "node-ipam-lb"
 
 @functools.cache
 def _rendered_text(relative: str) -> str:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed: cannot run `kubectl kustomize`")
     result = subprocess.run(
-        [kubectl, "kustomize", str(ROOT / relative)],
+        [kubectl(), "kustomize", str(ROOT / relative)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client
 
 from tests.fakeapi import FakeApiServer
+from tests.kubectl import kubectl as kubectl_path
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -29,13 +30,14 @@ def core(api: client.ApiClient) -> client.CoreV1Api:
 @pytest.fixture
 def kubectl(fake_api: FakeApiServer, tmp_path: Path) -> Kubectl:
     """Run ``kubectl --kubeconfig <fake>`` with a private cache dir and a bounded timeout."""
+    binary = kubectl_path()
 
     def run(
         *args: str, stdin: str | None = None, timeout: float = 20
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [
-                "kubectl",
+                binary,
                 f"--kubeconfig={fake_api.kubeconfig_path}",
                 f"--cache-dir={tmp_path / 'kube-cache'}",
                 *args,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.fakeapi import FakeApiServer
 from tests.fakeapi_contract.conftest import Kubectl
+from tests.kubectl import kubectl as kubectl_path
 
 MANIFEST = """apiVersion: v1
 kind: Service
@@ -151,7 +152,7 @@ def _watching(fake_api: FakeApiServer, cache: Path, *args: str) -> Iterator[subp
     """``kubectl get services -w <args>`` in the background, terminated on exit."""
     proc = subprocess.Popen(
         [
-            "kubectl",
+            kubectl_path(),
             f"--kubeconfig={fake_api.kubeconfig_path}",
             f"--cache-dir={cache}",
             "get",

@@ -73,3 +73,36 @@ def test_token_and_access_reviews_go_through_the_client_layer(fake_api: FakeApiS
     with pytest.raises(AccessError) as rejected:
         authorizer.check(token="bad", verb="get", path="/metrics")
     assert rejected.value.status == 401
+
+
+def test_a_failed_call_is_one_attempt_without_urllib3_retry_chatter(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The client's default urllib3 Retry(3) logged a ``Retrying (...)`` warning per attempt
+    (three quarters of the log lines during an API outage); the callers back off and log."""
+    cfg = kubernetes.client.Configuration()  # retries left at the client's default
+    cfg.host = f"http://127.0.0.1:{free_port()}"
+    api = KubernetesAPI(kubernetes.client.ApiClient(cfg), request_timeout=2)
+    with caplog.at_level("DEBUG"), pytest.raises(ApiError) as err:
+        api.list_page("nodes", limit=10, continue_token=None)
+    assert err.value.status == 0
+    assert "Connection refused" in err.value.reason or "refused" in err.value.reason.lower()
+    retrying = [r.getMessage() for r in caplog.records if "Retrying" in r.getMessage()]
+    assert retrying == []
+    starts = [r for r in caplog.records if "Starting new HTTP connection" in r.getMessage()]
+    assert len(starts) == 1, "one connection attempt, not four"
+
+
+def test_list_items_pages_through_a_namespace_and_reads_one_service(
+    fake_api: FakeApiServer,
+) -> None:
+    fake_api.seed([node(f"n{i}") for i in range(7)])
+    api = KubernetesAPI(fake_api.client())
+    assert [n["metadata"]["name"] for n in api.list_items("nodes", page_size=3)] == [
+        f"n{i}" for i in range(7)
+    ]
+    assert fake_api.requests()["list nodes"] == 3
+    assert api.list_items("services", namespace="kube-system") == []
+    assert api.read_service(namespace="default", name="absent") is None
+    with pytest.raises(ApiError, match="more than 5 nodes"):
+        api.list_items("nodes", page_size=3, max_items=5)

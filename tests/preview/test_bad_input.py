@@ -197,11 +197,15 @@ def test_empty_file_previews_nothing(write: Write) -> None:
     [
         (
             ["--default-lb-service-ipam", "NodeIPAM"],
-            ["default-lb-service-ipam: Unsupported value: 'NodeIPAM'"],
+            [
+                "--default-lb-service-ipam (NODE_IPAM_DEFAULT_LB_SERVICE_IPAM)",
+                "'lbipam', 'nodeipam' or 'none'",
+                "'NodeIPAM'",
+            ],
         ),
-        (["--ip-mode", "vip"], ["ip-mode: Unsupported value"]),
-        (["--not-ready-grace-seconds", "-1"], ["not-ready-grace-seconds"]),
-        (["-o", "wide"], ["--output: Unsupported value: 'wide'"]),
+        (["--ip-mode", "vip"], ["--ip-mode (NODE_IPAM_IP_MODE)", "'vip'"]),
+        (["--not-ready-grace-seconds", "-1"], ["--not-ready-grace-seconds", "-1"]),
+        (["-o", "tree"], ["--output: Unsupported value: 'tree'"]),
     ],
 )
 def test_bad_settings_are_one_line_errors(flags: list[str], parts: list[str]) -> None:
@@ -211,9 +215,17 @@ def test_bad_settings_are_one_line_errors(flags: list[str], parts: list[str]) ->
     assert_one_line_error(run.stderr, *parts)
 
 
-def test_missing_filename_is_a_usage_error() -> None:
+def test_without_filename_and_without_a_cluster_is_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No -f: the live cluster; with no kubeconfig anywhere and no Pod, say how to give one."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
     run = preview()
     assert run.code == 2
+    assert run.stdout == ""
+    assert_one_line_error(run.stderr, "no cluster to talk to", "--kubeconfig", "KUBECONFIG")
 
 
 def billion_laughs(levels: int = 9) -> str:

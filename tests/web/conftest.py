@@ -60,7 +60,7 @@ class FakeCache:
 
     synced: bool = True
     node_views: list[NodeView] = field(default_factory=list)
-    services: dict[tuple[str, str], ServiceView] = field(default_factory=dict)
+    service_views: dict[tuple[str, str], ServiceView] = field(default_factory=dict)
     slices: list[EndpointSliceView] = field(default_factory=list)
     _index: NodeIndex | None = field(default=None, repr=False)
 
@@ -81,7 +81,10 @@ class FakeCache:
         return index
 
     def service(self, namespace: str, name: str) -> ServiceView | None:
-        return self.services.get((namespace, name))
+        return self.service_views.get((namespace, name))
+
+    def services(self) -> list[ServiceView]:
+        return list(self.service_views.values())
 
     def endpoint_slices(self, namespace: str, service_name: str) -> list[EndpointSliceView]:
         return [
@@ -90,7 +93,7 @@ class FakeCache:
 
     def add_service(self, obj: dict[str, Any]) -> None:
         view = service_view(obj)
-        self.services[(view.namespace, view.name)] = view
+        self.service_views[(view.namespace, view.name)] = view
 
 
 @dataclass

@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from tests.fakeapi.server import FakeApiServer
+from tests.kubectl import kubectl as kubectl_path
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tests/data/cases/kind-4node/cluster.yaml"
@@ -172,11 +173,12 @@ def serve(fake: FakeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.fixture(scope="module")
 def kubectl(fake: FakeApiServer, serve: Serve, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    binary = kubectl_path()
     tmp = tmp_path_factory.mktemp("kubectl")
 
     def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["kubectl", "--kubeconfig", str(fake.kubeconfig_path), *args],
+            [binary, "--kubeconfig", str(fake.kubeconfig_path), *args],
             input=stdin,
             capture_output=True,
             text=True,

@@ -1,16 +1,21 @@
 """Preview API (docs/design.md §8): what ingress a Service gets, and why, from the live cache.
 
-Both routes return the item of ``node-ipam-lb preview -o json``
-(:meth:`app.core.nodeipam.Selection.to_dict`), computed by the one selection function.
+Every route returns the item of ``node-ipam-lb preview -o json``
+(:meth:`app.core.nodeipam.Selection.to_dict`), computed by the one selection function;
+the list routes (``GET /preview``, ``GET /preview/{namespace}``) return pages of items,
+``limit`` at a time (at most :data:`MAX_LIST_LIMIT`), with a ``continue`` token like a
+Kubernetes List.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +47,12 @@ class IngressEntry(BaseModel):
     ipMode: str = Field(description="VIP (default) or Proxy")
 
 
+DEFAULT_LIST_LIMIT = 50
+MAX_LIST_LIMIT = 500
+"""Most items of one list page: each item holds a verdict per Node, so a page is bounded
+by ``limit`` x Nodes (500 x 5,000 Nodes = 2.5 million verdicts)."""
+
+
 class NodeVerdictItem(BaseModel):
     """Why one node is or is not in the ingress."""
 
@@ -71,6 +82,25 @@ class PreviewItem(BaseModel):
     recheckAt: float | None = Field(
         default=None, description="Epoch seconds when a NotReady grace period runs out"
     )
+
+
+class ListMeta(BaseModel):
+    """Paging of a list answer (Kubernetes ``ListMeta`` names)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    continue_: str | None = Field(
+        default=None,
+        alias="continue",
+        description="Pass as ?continue= to get the next page; absent on the last page",
+    )
+    remainingItemCount: int = Field(description="Services after this page")
+
+
+class PreviewList(BaseModel):
+    """One page of preview items, in namespace/name order."""
+
+    items: list[PreviewItem]
+    metadata: ListMeta
 
 
 PREVIEW_EXAMPLE: dict[str, Any] = {
@@ -113,6 +143,86 @@ spec:
   loadBalancerClass: io.cilium/node
   ports: [{port: 80}]
 """
+
+
+Limit = Annotated[
+    int,
+    Query(ge=1, le=MAX_LIST_LIMIT, description=f"Items per page, at most {MAX_LIST_LIMIT}"),
+]
+Continue = Annotated[
+    str | None,
+    Query(alias="continue", description="Token from the previous page's metadata.continue"),
+]
+
+
+_LIST_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"description": "A malformed continue token"},
+    **_ERRORS,
+}
+
+
+@router.get(
+    "",
+    summary="Preview every live Service",
+    responses=_LIST_RESPONSES,
+)
+def preview_all(
+    state: State, limit: Limit = DEFAULT_LIST_LIMIT, continue_: Continue = None
+) -> PreviewList:
+    """The ingress every stored Service gets now, a page at a time (namespace/name order)."""
+    return _page(state, None, limit=limit, token=continue_)
+
+
+@router.get(
+    "/{namespace}",
+    summary="Preview the live Services of a namespace",
+    responses=_LIST_RESPONSES,
+)
+def preview_namespace(
+    namespace: str, state: State, limit: Limit = DEFAULT_LIST_LIMIT, continue_: Continue = None
+) -> PreviewList:
+    """The ingress every stored Service of ``namespace`` gets now, a page at a time. An
+    empty or unknown namespace gives an empty list, as ``kubectl get svc -n`` does."""
+    return _page(state, namespace, limit=limit, token=continue_)
+
+
+def _page(state: AppState, namespace: str | None, *, limit: int, token: str | None) -> PreviewList:
+    cache = _synced_cache(state)
+    after = _decode_continue(token)
+    listed = sorted(
+        (s for s in cache.services() if namespace is None or s.namespace == namespace),
+        key=lambda s: (s.namespace, s.name),
+    )
+    remaining = [s for s in listed if after is None or (s.namespace, s.name) > after]
+    page = remaining[:limit]
+    rest = len(remaining) - len(page)
+    last = page[-1] if page else None
+    return PreviewList(
+        items=[_select(svc, cache, state) for svc in page],
+        metadata=ListMeta.model_validate(
+            {
+                "continue": _encode_continue(last.namespace, last.name) if rest and last else None,
+                "remainingItemCount": rest,
+            }
+        ),
+    )
+
+
+def _encode_continue(namespace: str, name: str) -> str:
+    return base64.urlsafe_b64encode(f"{namespace}/{name}".encode()).decode()
+
+
+def _decode_continue(token: str | None) -> tuple[str, str] | None:
+    """The last key of the previous page; a token is ``base64url("namespace/name")``."""
+    if not token:
+        return None
+    try:
+        namespace, slash, name = base64.urlsafe_b64decode(token.encode()).decode().partition("/")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        slash = ""
+    if not slash:
+        raise HTTPException(400, detail="continue: Invalid value: not a token of this API")
+    return namespace, name
 
 
 @router.get(

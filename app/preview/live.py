@@ -1,0 +1,84 @@
+"""``node-ipam-lb preview`` without ``-f``: read the live cluster (docs/design.md §8).
+
+The objects come through the client layer (:mod:`app.kube.client`), found like ``kubectl``
+finds its cluster (:func:`app.kube.client.connect_like_kubectl`), and are then projected
+and selected by the same code as a dump (:func:`app.core.dump.project`,
+:func:`app.core.nodeipam.select`). Only what the :class:`~app.preview.run.Scope` needs is
+read: every Node (selection reads them all), and the Services and EndpointSlices of the
+namespace (all namespaces with ``-A``), or of each named Service.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.core.dump import Dump, DumpError
+from app.kube.client import (
+    ApiError,
+    ConnectError,
+    KubernetesAPI,
+    connect_like_kubectl,
+)
+from app.preview.run import Scope
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+class LiveCluster:
+    """A connection to the cluster of the kubeconfig (or the Pod's in-cluster config).
+
+    ``namespace`` is the default namespace (the kubeconfig context's, else ``default``).
+
+    Raises:
+        DumpError: no usable configuration (the message names ``--kubeconfig`` or
+            ``KUBECONFIG`` and the reason).
+    """
+
+    def __init__(
+        self, *, kubeconfig: Path | None, context: str | None, request_timeout: float = 30.0
+    ) -> None:
+        try:
+            api_client, self.namespace = connect_like_kubectl(kubeconfig, context=context)
+        except ConnectError as err:
+            raise DumpError(str(err)) from err
+        self._api = KubernetesAPI(api_client, request_timeout=request_timeout)
+        self._host = str(getattr(getattr(api_client, "configuration", None), "host", ""))
+
+    def read(self, scope: Scope) -> Dump:
+        """The Nodes, Services and EndpointSlices ``scope`` needs, as a :class:`Dump`.
+
+        Raises:
+            DumpError: an API call failed (``<server>: <status>: <message>``, e.g. a 403
+                naming the missing permission).
+        """
+        dump = Dump()
+        try:
+            dump.nodes = self._api.list_items("nodes")
+            if scope.names:
+                for ns, name in scope.names:
+                    namespace = ns or scope.namespace or self.namespace
+                    svc = self._api.read_service(namespace=namespace, name=name)
+                    if svc is not None:
+                        dump.services.append(svc)
+                        dump.endpoint_slices += self._api.list_items(
+                            "endpointslices",
+                            namespace=namespace,
+                            label_selector=f"{SERVICE_NAME_LABEL}={name}",
+                        )
+            else:
+                dump.services = self._api.list_items("services", namespace=scope.namespace)
+                dump.endpoint_slices = self._api.list_items(
+                    "endpointslices", namespace=scope.namespace
+                )
+        except ApiError as err:
+            raise DumpError(f"{self._host}: {err}") from err
+        for kind, objects in (
+            ("Node", dump.nodes),
+            ("Service", dump.services),
+            ("EndpointSlice", dump.endpoint_slices),
+        ):
+            for obj in objects:
+                meta = obj.get("metadata") or {}
+                shown = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p)
+                dump.origins[id(obj)] = f"{self._host} ({kind} {shown})"
+        return dump

@@ -1,0 +1,91 @@
+"""``node-ipam-lb serve`` start-up and shutdown order (issue 13, findings 4 and 5), as a real
+process against the fake API server: a taken port exits before any API request; unknown
+variables are warned about; the effective settings are logged once; without leader
+election nothing speaks of a Lease."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.controller.support import free_port, wait_until
+from tests.fakeapi.server import FakeApiServer
+
+ROOT = Path(__file__).resolve().parents[2]
+EXE = Path(sys.executable).with_name("node-ipam-lb")
+
+
+def serve(server: FakeApiServer, port: int, *extra: str, env: dict[str, str] | None = None) -> Any:
+    return subprocess.Popen(
+        [
+            str(EXE),
+            "serve",
+            "--kubeconfig",
+            str(server.kubeconfig_path),
+            "--no-leader-elect",
+            "--bind-address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *extra,
+        ],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_a_taken_port_exits_before_any_api_request(fake_api: FakeApiServer) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = serve(fake_api, port, env={"NODE_IPAM_PER_NODE_ADRESS_FALLBACK": "true"})
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 2, stderr
+    assert f"--port {port}: cannot listen: Address already in use" in stderr
+    assert fake_api.requests() == {}, "no list, no watch, no Event, no status write"
+    lines = json_lines(stderr)
+    [warning] = [line for line in lines if line["level"] == "warning"]
+    assert "did you mean NODE_IPAM_PER_NODE_ADDRESS_FALLBACK?" in warning["msg"]
+    [settings] = [line for line in lines if line["msg"] == "settings"]
+    assert settings["port"] == port
+    assert settings["default_lb_service_ipam"] == "lbipam"
+    assert settings["leader_elect"] is False
+
+
+def test_without_leader_election_shutdown_speaks_of_no_lease(fake_api: FakeApiServer) -> None:
+    port = free_port()
+    process = serve(fake_api, port, "--no-webhook")
+    try:
+
+        def ready() -> bool:
+            try:
+                url = f"https://127.0.0.1:{port}/readyz"
+                return httpx.get(url, verify=False, timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, timeout=30, what="serve ready")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    messages = [line["msg"] for line in json_lines(stderr)]
+    assert "stopping the controller" in messages
+    assert messages.count("settings") == 1
+    assert not [m for m in messages if "Lease" in m or "lease" in m], messages

@@ -1,0 +1,90 @@
+"""Settings that cannot mislead (issue 13, finding 4): unknown ``NODE_IPAM_*`` variables are
+named with the closest known one, ``preview`` reads the same variables as ``serve``,
+``--help`` shows every default, ``--version`` exists and agrees with the package."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import app
+from app.cli import cli
+from app.config import SelectionConfig, Settings, unknown_environment
+from tests.core.builders import UNSET, node_obj, service_obj
+from tests.preview.conftest import parse_table, preview
+from tests.preview.test_options import Write, dump
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Write:
+    def _write(text: str) -> str:
+        path = tmp_path / "dump.yaml"
+        path.write_text(text)
+        return str(path)
+
+    return _write
+
+
+def test_version_comes_from_one_place() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"node-ipam-lb {app.__version__}"
+    assert importlib.metadata.version("node-ipam-lb") == app.__version__
+
+
+def test_an_unknown_variable_is_named_with_the_closest_setting() -> None:
+    environ = {
+        "NODE_IPAM_PER_NODE_ADRESS_FALLBACK": "true",
+        "NODE_IPAM_ZZZ": "1",
+        "NODE_IPAM_PORT": "1",
+        "HOME": "/root",
+    }
+    assert unknown_environment(environ) == [
+        "environment variable NODE_IPAM_PER_NODE_ADRESS_FALLBACK is not a node-ipam-lb"
+        " setting; did you mean NODE_IPAM_PER_NODE_ADDRESS_FALLBACK?",
+        "environment variable NODE_IPAM_ZZZ is not a node-ipam-lb setting",
+    ]
+
+
+def test_preview_warns_about_an_unknown_variable(
+    write: Write, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NODE_IPAM_PER_NODE_ADRESS_FALLBACK", "true")
+    run = preview("-f", write(dump(node_obj("n1", internal=["10.0.0.1"]), service_obj("web"))))
+    assert run.code == 0
+    assert (
+        "Warning: environment variable NODE_IPAM_PER_NODE_ADRESS_FALLBACK is not a"
+        " node-ipam-lb setting; did you mean NODE_IPAM_PER_NODE_ADDRESS_FALLBACK?"
+    ) in run.stderr
+
+
+def test_preview_reads_the_selection_variables_and_flags_win(
+    write: Write, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(dump(node_obj("n1", internal=["10.0.0.1"]), service_obj("web", cls=UNSET)))
+    monkeypatch.setenv("NODE_IPAM_DEFAULT_LB_SERVICE_IPAM", "nodeipam")
+    assert parse_table(preview("-f", path).stdout)[0]["EXTERNAL-IP"] == "10.0.0.1"
+    flagged = preview("-f", path, "--default-lb-service-ipam", "lbipam")
+    assert parse_table(flagged.stdout)[0]["EXTERNAL-IP"] == "<not managed>"
+    monkeypatch.setenv("NODE_IPAM_IP_MODE", "vip")
+    bad = preview("-f", path)
+    assert bad.code == 2
+    assert "--ip-mode (NODE_IPAM_IP_MODE)" in bad.stderr
+
+
+@pytest.mark.parametrize(("command", "config"), [("serve", Settings), ("preview", SelectionConfig)])
+def test_help_shows_the_default_of_every_setting(command: str, config: type[Settings]) -> None:
+    click_command = typer.main.get_command(cli).commands[command]  # type: ignore[attr-defined]
+    flags = {p.name: p for p in click_command.params}
+    settings = [name for name in config.model_fields if name in flags]
+    assert len(settings) >= (30 if command == "serve" else 7)
+    missing = [name for name in settings if not flags[name].show_default]
+    assert not missing, f"--help shows no default for {missing}"
+    shown = CliRunner().invoke(cli, [command, "--help"], terminal_width=400).stdout
+    assert "[default: (9443)]" in shown or command == "preview"
+    assert "[default: (lbipam)]" in shown
+    assert "[default: (false)]" in shown
