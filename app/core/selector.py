@@ -19,7 +19,6 @@ Pure module: no I/O, no Kubernetes client.
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections import OrderedDict
@@ -339,9 +338,8 @@ class _Compiled:
             if not check.absent_ok:
                 required.append(key)
                 impossible = impossible or check.never
-            if check.never or check.allowed is not None or check.forbidden:
-                checks[key] = check.present_ok
-            elif check.greater is not None or check.less is not None:
+            constrained = check.allowed is not None or check.forbidden
+            if constrained or check.never or check.greater is not None or check.less is not None:
                 checks[key] = check.present_ok
         self.required = tuple(required)
         self.checks = checks
@@ -733,18 +731,44 @@ _ID = rb"[A-Za-z0-9._/-]+"
 _OPS = rb"==|=|!=|<|>"
 _UNIT = (
     rb"!" + _WS + rb"(?P<absent>" + _ID + rb")"
-    rb"|(?P<key>" + _ID + rb")(?:"
-    + _WS + rb"(?P<op>" + _OPS + rb")" + _WS + rb"(?P<value>" + _ID + rb")?"
-    rb"|[ \t\r\n]+(?P<set>in|notin)" + _WS + rb"\(" + _WS
-    + rb"(?P<values>" + _ID + rb"(?:" + _WS + rb"," + _WS + _ID + rb")*)" + _WS + rb"\))?"
+    rb"|(?P<key>"
+    + _ID
+    + rb")(?:"
+    + _WS
+    + rb"(?P<op>"
+    + _OPS
+    + rb")"
+    + _WS
+    + rb"(?P<value>"
+    + _ID
+    + rb")?"
+    rb"|[ \t\r\n]+(?P<set>in|notin)"
+    + _WS
+    + rb"\("
+    + _WS
+    + rb"(?P<values>"
+    + _ID
+    + rb"(?:"
+    + _WS
+    + rb","
+    + _WS
+    + _ID
+    + rb")*)"
+    + _WS
+    + rb"\))?"
 )
 _NEXT_TOKEN = rb"(?=" + _WS + rb"(?:![^=]|!\Z|[^ \t\r\n=!(),<>\x00]))"
 _SEPARATOR = _WS + rb"(?:," + _NEXT_TOKEN + rb"|(?P<end>\Z))"
 _UNIT_RE = re.compile(_WS + rb"(?P<unit>" + _UNIT + rb")" + _SEPARATOR)
 _UNIT_FULL_RE = re.compile(_UNIT)
 _PREFIX_RE = re.compile(
-    rb"(?:" + _WS + rb"(?:" + re.sub(rb"\?P<\w+>", b"?:", _UNIT) + rb")"
-    + re.sub(rb"\?P<\w+>", b"?:", _SEPARATOR) + rb")*"
+    rb"(?:"
+    + _WS
+    + rb"(?:"
+    + re.sub(rb"\?P<\w+>", b"?:", _UNIT)
+    + rb")"
+    + re.sub(rb"\?P<\w+>", b"?:", _SEPARATOR)
+    + rb")*"
 )
 _UNIT_TEXT_RE = re.compile(
     _WS + rb"(" + re.sub(rb"\?P<\w+>", b"?:", _UNIT) + rb")" + _WS + rb"(?:,|\Z)"
