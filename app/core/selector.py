@@ -760,46 +760,15 @@ _UNIT = (
 _NEXT_TOKEN = rb"(?=" + _WS + rb"(?:![^=]|!\Z|[^ \t\r\n=!(),<>\x00]))"
 _SEPARATOR = _WS + rb"(?:," + _NEXT_TOKEN + rb"|(?P<end>\Z))"
 _UNIT_RE = re.compile(_WS + rb"(?P<unit>" + _UNIT + rb")" + _SEPARATOR)
-_UNIT_FULL_RE = re.compile(_UNIT)
-_PREFIX_RE = re.compile(
-    rb"(?:"
-    + _WS
-    + rb"(?:"
-    + re.sub(rb"\?P<\w+>", b"?:", _UNIT)
-    + rb")"
-    + re.sub(rb"\?P<\w+>", b"?:", _SEPARATOR)
-    + rb")*"
-)
-_UNIT_TEXT_RE = re.compile(
-    _WS + rb"(" + re.sub(rb"\?P<\w+>", b"?:", _UNIT) + rb")" + _WS + rb"(?:,|\Z)"
-)
 _SET_SPLIT_RE = re.compile(_WS + rb"," + _WS)
 
 
 def _fast_prefix(data: bytes) -> tuple[list[Requirement], int, bool]:
     """The plain requirements at the start of ``data``: ``(requirements, next byte,
-    whole input consumed)``. Each distinct requirement text is validated and built once.
-
-    The run of plain requirements is found by one regular expression and split by
-    another (both in C); only when one of them is invalid does :func:`_fast_prefix_loop`
-    walk them one by one to stop right before it.
-    """
-    end = _PREFIX_RE.match(data).end()  # type: ignore[union-attr]  # a star always matches
-    if end == 0:
-        return [], 0, False
-    texts = _UNIT_TEXT_RE.findall(data, 0, end)
-    built: dict[bytes, Requirement] = {}
-    for text in dict.fromkeys(texts):
-        match = _UNIT_FULL_RE.fullmatch(text)
-        requirement = _plain_requirement(match) if match is not None else None
-        if requirement is None:
-            return _fast_prefix_loop(data)
-        built[text] = requirement
-    return [built[text] for text in texts], end, end == len(data)
-
-
-def _fast_prefix_loop(data: bytes) -> tuple[list[Requirement], int, bool]:
-    """:func:`_fast_prefix` one requirement at a time, stopping before the first invalid one."""
+    whole input consumed)``, stopping before the first one that is not plain or not valid.
+    Each distinct requirement text is validated and built once. One short regular
+    expression match per requirement (not one over the whole text), so a long selector
+    never holds the GIL for long."""
     requirements: list[Requirement] = []
     built: dict[bytes, Requirement] = {}
     position = 0
