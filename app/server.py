@@ -28,6 +28,7 @@ from app.telemetry.logs import configure, log_event
 from app.web import tls
 from app.web.app import create_app
 from app.web.auth import AllowAll, Authorizer, KubernetesAuthorizer
+from app.web.connections import CappedListener, protocol_class
 
 if TYPE_CHECKING:
     from app.web.certsync import CertSync
@@ -145,7 +146,8 @@ def build(settings: Settings, *, workdir: Path) -> tuple[Any, Any, uvicorn.Confi
     auth = settings.auth or ("kubernetes" if in_cluster else "none")
     authorizer: Authorizer = (
         KubernetesAuthorizer(
-            KubernetesAPI(api_client, request_timeout=settings.request_timeout_seconds)
+            KubernetesAPI(api_client, request_timeout=settings.request_timeout_seconds),
+            max_in_flight=settings.max_access_reviews,
         )
         if auth == "kubernetes"
         else AllowAll()
@@ -172,6 +174,10 @@ def build(settings: Settings, *, workdir: Path) -> tuple[Any, Any, uvicorn.Confi
         access_log=settings.log_level == "debug",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         server_header=False,
+        # Connection bounds (docs/design.md §7.1): the request-head deadline lives in the
+        # protocol, the cap on open connections in the listener (see serve()).
+        http=protocol_class(head_timeout=settings.request_head_timeout_seconds),
+        timeout_keep_alive=settings.idle_timeout_seconds,  # type: ignore[arg-type]
     )
     log_event(
         log,
@@ -204,7 +210,22 @@ def serve(settings: Settings) -> None:
     configure(settings.log_level)
     with tempfile.TemporaryDirectory(prefix="node-ipam-lb-tls-") as workdir:
         _, _, config = build(settings, workdir=Path(workdir))
-        _GracefulServer(config).run()
+        listener = listen(config, max_connections=settings.max_connections)
+        _GracefulServer(config).run(sockets=[listener])
+
+
+def listen(config: uvicorn.Config, *, max_connections: int) -> CappedListener:
+    """The listening socket for ``config`` (host, port, backlog as uvicorn binds them),
+    accepting at most ``max_connections`` open connections (:class:`CappedListener`).
+
+    Raises:
+        StartupError: the address cannot be bound.
+    """
+    try:
+        sock = config.bind_socket()
+    except SystemExit as err:  # uvicorn logs the OSError and exits
+        raise StartupError(f"cannot listen on {config.host}:{config.port}") from err
+    return CappedListener.wrap(sock, limit=max_connections)
 
 
 class _GracefulServer(uvicorn.Server):
