@@ -163,6 +163,7 @@ def build(settings: Settings, *, workdir: Path) -> tuple[Any, Any, uvicorn.Confi
         controller=controller,
         authorizer=authorizer,
         background=[certs] if certs is not None else [],
+        start_worker=True,
     )
     config = uvicorn.Config(
         app,

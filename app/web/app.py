@@ -37,6 +37,7 @@ def create_app(
     authorizer: Authorizer | None = None,
     clock: Callable[[], float] = time.time,
     background: Sequence[BackgroundLike] = (),
+    start_worker: bool = False,
 ) -> FastAPI:
     """Build the app.
 
@@ -53,6 +54,8 @@ def create_app(
         clock: wall clock, epoch seconds (``now`` of the selection).
         background: tasks already running (the certificate sync), checked by
             ``/healthz`` and stopped on shutdown.
+        start_worker: start the review worker process with the app (``serve``), not on
+            the first large review (:class:`app.web.limits.ReviewPools`).
 
     Raises:
         ValueError: the settings do not make valid :class:`SelectionSettings`, or
@@ -76,6 +79,8 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if controller is not None:
             controller.start()
+        if start_worker and settings.webhook:
+            state.limits.pools.start_worker()
         try:
             yield
         finally:

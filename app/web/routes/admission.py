@@ -19,6 +19,7 @@ never a 500.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -33,7 +34,9 @@ from fastapi.responses import JSONResponse
 
 from app.core import admission
 from app.core.dump import lone_surrogate
+from app.core.options import SelectionSettings
 from app.core.selection_memo import NotMemoised
+from app.core.views import ServiceView
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
 from app.web.limits import HEAVY_QUEUE, Overloaded, ReviewPools
@@ -183,7 +186,7 @@ async def _decide_off_loop_if_needed(
     pools = state.limits.pools
     if heavy and pools.heavy_in_flight >= HEAVY_QUEUE:
         raise Overloaded(f"{HEAVY_QUEUE} large reviews are already in progress")
-    job = _Job(raw, state, path=path, loop=asyncio.get_running_loop())
+    job = _Job(raw, state, path=path, loop=asyncio.get_running_loop(), heavy=heavy)
     task = asyncio.ensure_future(
         run_in_threadpool(
             _run_job, job, executor=pools.heavy() if heavy else pools.light(), path=path
@@ -246,8 +249,16 @@ class _Job:
     request and the decision without cluster-state warnings) before those are computed."""
 
     def __init__(
-        self, raw: bytes, state: AppState, *, path: str, loop: asyncio.AbstractEventLoop
+        self,
+        raw: bytes,
+        state: AppState,
+        *,
+        path: str,
+        loop: asyncio.AbstractEventLoop,
+        heavy: bool = False,
     ) -> None:
+        self.heavy = heavy
+        self.deadline = time.perf_counter() + state.settings.review_deadline_seconds
         self.raw: bytes | None = raw
         self.state = state
         self.path = path
@@ -269,7 +280,46 @@ def _run_job(job: _Job, *, path: str) -> Answer:
     if job.abandoned or job.raw is None:
         raise _Abandoned("the review's deadline passed before it started")
     raw, job.raw = job.raw, None
-    return _answer(raw, job.state, path=path, memo_only=False, job=job)
+    if not job.heavy:
+        return _answer(raw, job.state, path=path, memo_only=False, job=job)
+    # Decoding and the verdict in the worker process; the cluster-state warnings here,
+    # where the cache is.
+    state = job.state
+    review, decision, view = state.limits.pools.apart(
+        decide_apart,
+        raw,
+        state.selection,
+        path,
+        timeout=max(0.0, job.deadline - time.perf_counter()),
+    )
+    snapshot = _snapshot(review, state, memo_only=False) if view is not None else None
+    if view is not None and snapshot is not None and decision.allowed:
+        job.publish(review, decision)
+        warnings = admission.cluster_warnings(view, settings=state.selection, snapshot=snapshot)
+        decision = admission.with_warnings(decision, warnings)
+    return review, decision, JSONResponse(admission.review_response(review, decision))
+
+
+def decide_apart(
+    raw: bytes, settings: SelectionSettings, path: str
+) -> tuple[admission.AdmissionRequest, admission.Decision, ServiceView | None]:
+    """Decode ``raw`` and decide without cluster state (runs in the worker process).
+
+    Returns the request without its ``object``/``oldObject`` (only the small parts travel
+    back), the decision (:func:`app.core.admission.validate` without a snapshot, or
+    :func:`~app.core.admission.mutate`) and, when the cluster-state warnings apply, the
+    Service's view (:func:`app.core.admission.verdict`).
+
+    Raises:
+        BodyError, ReviewError: as for a body decided in the server process.
+    """
+    review = admission.parse_review(_decode(raw))
+    slim = dataclasses.replace(review, object=None, old_object=None)
+    if path == "/mutate":
+        return slim, admission.mutate(review, settings=settings), None
+    decision = admission.validate(review, settings=settings, snapshot=None)
+    view = admission.verdict(review, settings=settings)[1] if decision.allowed else None
+    return slim, decision, view
 
 
 def _answer(
