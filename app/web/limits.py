@@ -29,8 +29,9 @@ T = TypeVar("T")
 LIGHT_THREADS = 2
 """Threads deciding ordinary reviews (2 cores per replica: more would only contend)."""
 HEAVY_QUEUE = 4
-"""Large reviews queued or running at most; more are refused at once (503) instead of
-waiting longer than the API server would (webhook ``timeoutSeconds``)."""
+"""Large reviews queued or running at most; more wait for a place with their body unread
+(in the socket) and get 503 when their deadline passes first, instead of waiting longer
+than the API server would (webhook ``timeoutSeconds``)."""
 WORKER_TASKS = 64
 """The worker process is replaced after this many large reviews: a process that decoded a
 6 MB body keeps most of that memory (allocator fragmentation), a new one starts small."""
@@ -107,7 +108,6 @@ class ReviewPools:
         self._light: ThreadPoolExecutor | None = None
         self._heavy: ThreadPoolExecutor | None = None
         self._process: ProcessPoolExecutor | None = None
-        self.heavy_in_flight = 0
 
     def light(self) -> Executor:
         """The pool for ordinary reviews."""

@@ -39,7 +39,7 @@ from app.core.selection_memo import NotMemoised
 from app.core.views import ServiceView
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
-from app.web.limits import HEAVY_QUEUE, Overloaded, ReviewPools
+from app.web.limits import BodyBudget, Overloaded
 from app.web.routes.deps import (
     MAX_BODY_BYTES,
     AppState,
@@ -120,16 +120,21 @@ async def _review(request: Request, state: AppState, *, path: str) -> JSONRespon
                 f"Content-Type: Unsupported value: {request.headers.get('content-type', '')!r}:"
                 " supported value: application/json"
             )
-        weight = declared_length(request, limit=MAX_BODY_BYTES) or MAX_BODY_BYTES
+        declared = declared_length(request, limit=MAX_BODY_BYTES)
+        weight = declared or MAX_BODY_BYTES
         budget = state.limits.budget
         await budget.acquire(weight, timeout=max(0.0, deadline - time.perf_counter()))
+        slot = _HeavySlot(state.limits.heavy)
         try:
+            if weight > INLINE_BODY_BYTES:  # a large review: wait for a slot before reading
+                await slot.take(deadline)
             raw = await read_body(request)
             review, decision, response = await _decide_off_loop_if_needed(
-                raw, state, path=path, deadline=deadline
+                raw, state, path=path, deadline=deadline, slot=slot
             )
         finally:
             budget.release(weight)
+            slot.give_back()
     except BodyTooLarge as err:
         return _rejected(path, started, reason=str(err), status=413)
     except Overloaded as err:
@@ -168,8 +173,33 @@ def _rejected(path: str, started: float, *, reason: str, status: int = 400) -> J
 Answer = tuple[admission.AdmissionRequest, admission.Decision, JSONResponse]
 
 
+class _HeavySlot:
+    """One of the :data:`~app.web.limits.HEAVY_QUEUE` places for large reviews: taken
+    before the body is read (waiting costs nothing then: the body stays in the socket),
+    held until the review's thread is done (even past the response), given back once."""
+
+    def __init__(self, slots: BodyBudget) -> None:
+        self._slots = slots
+        self.held = False
+        self.handed_over = False
+
+    async def take(self, deadline: float) -> None:
+        if not self.held:
+            try:
+                await self._slots.acquire(1, timeout=max(0.0, deadline - time.perf_counter()))
+            except Overloaded as err:
+                raise Overloaded(f"{self._slots.capacity} large reviews are in progress") from err
+            self.held = True
+
+    def give_back(self, *, owner: bool = False) -> None:
+        """Release the slot; the route's own release is skipped once a job took it over."""
+        if self.held and (owner or not self.handed_over):
+            self.held = False
+            self._slots.release(1)
+
+
 async def _decide_off_loop_if_needed(
-    raw: bytes, state: AppState, *, path: str, deadline: float
+    raw: bytes, state: AppState, *, path: str, deadline: float, slot: _HeavySlot
 ) -> Answer:
     """On the event loop when the body is small, the selector short and the answer needs
     no ``select`` (a memo hit, ``/mutate``): about 0.2 ms, cheaper than a hop to a thread
@@ -184,17 +214,16 @@ async def _decide_off_loop_if_needed(
         except NotMemoised:
             pass
     pools = state.limits.pools
-    if heavy and pools.heavy_in_flight >= HEAVY_QUEUE:
-        raise Overloaded(f"{HEAVY_QUEUE} large reviews are already in progress")
+    if heavy:
+        await slot.take(deadline)
     job = _Job(raw, state, path=path, loop=asyncio.get_running_loop(), heavy=heavy)
     task = asyncio.ensure_future(
         run_in_threadpool(
             _run_job, job, executor=pools.heavy() if heavy else pools.light(), path=path
         )
     )
-    if heavy:
-        pools.heavy_in_flight += 1
-    task.add_done_callback(lambda done: _finished(done, pools=pools, heavy=heavy))
+    slot.handed_over = True
+    task.add_done_callback(lambda done: _finished(done, slot=slot))
     remaining = deadline - time.perf_counter()
     waited: set[asyncio.Future[Any]] = {task, job.verdict}
     await asyncio.wait(waited, timeout=max(0.0, remaining), return_when=asyncio.FIRST_COMPLETED)
@@ -221,9 +250,8 @@ def _skipped_warning(state: AppState) -> str:
     )
 
 
-def _finished(task: asyncio.Future[Answer], *, pools: ReviewPools, heavy: bool) -> None:
-    if heavy:
-        pools.heavy_in_flight -= 1
+def _finished(task: asyncio.Future[Answer], *, slot: _HeavySlot) -> None:
+    slot.give_back(owner=True)
     if not task.cancelled():
         task.exception()  # retrieved: an abandoned review's error is not "never retrieved"
 

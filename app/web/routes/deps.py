@@ -19,7 +19,7 @@ from app.core.options import SelectionSettings
 from app.core.selection_memo import SelectionMemo
 from app.core.views import EndpointSliceView, NodeView, ServiceView
 from app.web.auth import AccessError, Authorizer
-from app.web.limits import BodyBudget, ReviewPools
+from app.web.limits import HEAVY_QUEUE, BodyBudget, ReviewPools
 
 MAX_BODY_BYTES = ADMISSION_BODY_LIMIT
 """Cap on an AdmissionReview body (:data:`app.config.ADMISSION_BODY_LIMIT`, 6 MiB + 64 KiB):
@@ -83,9 +83,11 @@ class AppState:
 @dataclass(frozen=True, slots=True)
 class RequestLimits:
     """What admission requests may hold at once (docs/design.md §7.1): ``budget`` bounds the
-    body bytes in progress, ``pools`` the decision threads."""
+    body bytes in progress, ``heavy`` the large reviews queued or running (one unit each),
+    ``pools`` the decision threads and the worker process."""
 
     budget: BodyBudget = field(default_factory=lambda: BodyBudget(2 * ADMISSION_BODY_LIMIT))
+    heavy: BodyBudget = field(default_factory=lambda: BodyBudget(HEAVY_QUEUE))
     pools: ReviewPools = field(default_factory=ReviewPools)
 
 
