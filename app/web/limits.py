@@ -149,15 +149,25 @@ class ReviewPools:
         """
         process = self._worker()
         try:
-            return process.submit(func, *args).result(timeout)
+            future = process.submit(func, *args)
+        except BrokenProcessPool as err:
+            self._replace(process)
+            raise Overloaded("the review worker process stopped; starting a new one") from err
+        try:
+            return future.result(timeout)
         except TimeoutError as err:
+            future.cancel()  # not started yet: never start it (a started one runs on)
             raise Overloaded(f"the review worker did not answer within {timeout:.1f} s") from err
         except BrokenProcessPool as err:
-            with self._lock:
-                if self._process is process:
-                    self._process = None
-            process.shutdown(wait=False, cancel_futures=True)
+            self._replace(process)
             raise Overloaded("the review worker process stopped; starting a new one") from err
+
+    def _replace(self, process: ProcessPoolExecutor) -> None:
+        """Drop a broken worker pool; the next call starts a new one."""
+        with self._lock:
+            if self._process is process:
+                self._process = None
+        process.shutdown(wait=False, cancel_futures=True)
 
     def shutdown(self) -> None:
         """Stop the pools and the worker (queued work is dropped; running work finishes)."""

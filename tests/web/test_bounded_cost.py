@@ -400,3 +400,17 @@ def test_a_connection_without_a_complete_request_head_is_closed_at_the_deadline(
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_a_dead_review_worker_is_a_503_and_replaced() -> None:
+    import os
+
+    from app.web.limits import ReviewPools
+
+    pools = ReviewPools()
+    try:
+        with pytest.raises(Overloaded, match="stopped"):
+            pools.apart(os._exit, 3, timeout=60)
+        assert pools.apart(int, "42", timeout=60) == 42
+    finally:
+        pools.shutdown()
