@@ -289,6 +289,27 @@ def serve(
         ),
     ] = None,
     log_level: Annotated[str | None, _flag("debug, info, warning or error")] = None,
+    max_connections: Annotated[
+        int | None, _flag("Open connections at most; more are refused (default 512)")
+    ] = None,
+    request_head_timeout_seconds: Annotated[
+        float | None, _flag("Close a connection whose request head is not in by then (default 5)")
+    ] = None,
+    idle_timeout_seconds: Annotated[
+        float | None, _flag("Close a kept-alive connection idle this long (default 5)")
+    ] = None,
+    inflight_body_bytes: Annotated[
+        int | None, _flag("Admission body bytes held at once (default 8 MiB)")
+    ] = None,
+    review_deadline_seconds: Annotated[
+        float | None, _flag("Answer 503 for a review not decided by then (default 2)")
+    ] = None,
+    cluster_check_seconds: Annotated[
+        float | None, _flag("Budget of the cluster-state warnings (default 0.25)")
+    ] = None,
+    max_access_reviews: Annotated[
+        int | None, _flag("TokenReviews/SubjectAccessReviews in flight at most (default 8)")
+    ] = None,
     cert_secret_name: Annotated[
         str | None,
         _flag("Self-managed webhook certificate kept in this Secret (needs --tls-cert-file)"),

@@ -32,6 +32,14 @@ LEADER_ELECTION_JITTER_FACTOR = 1.2
 
 AuthMode = Literal["kubernetes", "none"]
 
+API_SERVER_REQUEST_BODY_BYTES = 3 * 1024 * 1024
+"""kube-apiserver's limit on a create/update request body (``MaxRequestBodyBytes``, 3 MiB)."""
+ADMISSION_BODY_LIMIT = 2 * API_SERVER_REQUEST_BODY_BYTES + 64 * 1024
+"""Largest AdmissionReview body ``/validate`` and ``/mutate`` read (6 MiB + 64 KiB): its
+``object`` and ``oldObject`` are each at most what the API server accepts as a request
+body, plus 64 KiB for the envelope (uid, kind, userInfo, options). Larger bodies get 413
+(docs/design.md §7.1)."""
+
 
 ENV_PREFIX = "NODE_IPAM_"
 
@@ -100,6 +108,15 @@ class Settings(SelectionConfig):
     watch_timeout_seconds: int = Field(default=300, ge=1, le=3600)
     request_timeout_seconds: float = Field(default=10.0, gt=0)
     auth: AuthMode | None = None
+
+    # Bounded cost per request (docs/design.md §7.1).
+    max_connections: int = Field(default=512, ge=1, le=65536)
+    request_head_timeout_seconds: float = Field(default=5.0, gt=0)
+    idle_timeout_seconds: float = Field(default=5.0, gt=0)
+    inflight_body_bytes: int = Field(default=8 * 1024 * 1024, ge=ADMISSION_BODY_LIMIT)
+    review_deadline_seconds: float = Field(default=2.0, gt=0, lt=30)
+    cluster_check_seconds: float = Field(default=0.25, gt=0)
+    max_access_reviews: int = Field(default=8, ge=1, le=1024)
 
     # Self-managed webhook certificates (app/web/certsync.py): on when cert_secret_name is set.
     # The Secret holds CA + serving certificate for <webhook_service_name>.<namespace>.svc;

@@ -26,6 +26,7 @@ from app.telemetry.logs import configure, log_event
 from app.web import tls
 from app.web.app import create_app
 from app.web.auth import AllowAll, Authorizer, KubernetesAuthorizer
+from app.web.connections import CappedListener, protocol_class
 
 if TYPE_CHECKING:
     from app.web.certsync import CertSync
@@ -132,7 +133,8 @@ def build(
     auth = settings.auth or ("kubernetes" if in_cluster else "none")
     authorizer: Authorizer = (
         KubernetesAuthorizer(
-            KubernetesAPI(api_client, request_timeout=settings.request_timeout_seconds)
+            KubernetesAPI(api_client, request_timeout=settings.request_timeout_seconds),
+            max_in_flight=settings.max_access_reviews,
         )
         if auth == "kubernetes"
         else AllowAll()
@@ -148,6 +150,7 @@ def build(
         controller=controller,
         authorizer=authorizer,
         background=[certs] if certs is not None else [],
+        start_worker=True,
     )
     config = uvicorn.Config(
         app,
@@ -159,6 +162,10 @@ def build(
         access_log=settings.log_level == "debug",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         server_header=False,
+        # Connection bounds (docs/design.md §7.1): the request-head deadline lives in the
+        # protocol, the cap on open connections in the listener (see serve()).
+        http=protocol_class(head_timeout=settings.request_head_timeout_seconds),
+        timeout_keep_alive=settings.idle_timeout_seconds,  # type: ignore[arg-type]
     )
     log_event(
         log,
@@ -234,13 +241,13 @@ def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
         log.warning(warning)
     log_event(log, "settings", **effective(settings))
     connection = api_client_for(settings)
-    sock = listen(settings)
+    listener = CappedListener.wrap(listen(settings), limit=settings.max_connections)
     try:
         with tempfile.TemporaryDirectory(prefix="node-ipam-lb-tls-") as workdir:
             _, _, config = build(settings, workdir=Path(workdir), connection=connection)
-            _GracefulServer(config).run(sockets=[sock])
+            _GracefulServer(config).run(sockets=[listener])
     finally:
-        sock.close()
+        listener.close()
 
 
 class _GracefulServer(uvicorn.Server):

@@ -117,7 +117,7 @@ def invalid_selector_note(error: str, value: str | None) -> str:
     value: <JSON of the annotation>: <reason>``) with the quoted annotation cut in the
     middle to :data:`SELECTOR_SHOWN` characters, so the reason stays whole within the
     Event note's 1,024 bytes (a longer reason is itself cut in the middle)."""
-    quoted = json.dumps(value)
+    quoted = json.dumps(elide(value or ""), ensure_ascii=False)  # as select() quotes it
     head, found, reason = error.partition(f": Invalid value: {quoted}: ")
     if not found:
         return elide_bytes(error, NOTE_LIMIT_BYTES)

@@ -16,6 +16,7 @@ answers HTTP 400).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -177,8 +178,24 @@ def validate(
     endpoint now. Those last two read the verdicts of the one selection function
     (:func:`app.core.nodeipam.select`).
     """
+    decision, view = verdict(request, settings=settings)
+    if view is None or snapshot is None:
+        return decision
+    return with_warnings(decision, cluster_warnings(view, settings=settings, snapshot=snapshot))
+
+
+def verdict(
+    request: AdmissionRequest, *, settings: SelectionSettings
+) -> tuple[Decision, ServiceView | None]:
+    """:func:`validate` without the cluster-state warnings: the verdict and the warnings
+    that need no cluster state, plus the Service's view when the cluster-state warnings
+    apply to it (a managed Service not being deleted), else ``None``.
+
+    Cheap: parses the annotation and reads the Service; never looks at Nodes. The route
+    answers with it alone when the cluster-state warnings run out of time (§7.1).
+    """
     if not request.checked or request.object is None:
-        return Decision()
+        return Decision(), None
     key = settings.match_node_labels_annotation
     value = _annotation(request.object, key, field="request.object")
     empty_selector = False
@@ -193,11 +210,11 @@ def validate(
                 else None
             )
             if request.operation == "UPDATE" and old_value == value:
-                return Decision(warnings=(_short(f"{key} is invalid (unchanged): {err}"),))
-            return Decision(allowed=False, message=message)
+                return Decision(warnings=(_short(f"{key} is invalid (unchanged): {err}"),)), None
+            return Decision(allowed=False, message=message), None
     view = _view(request, key=key)
     if view.deleting:  # finalizer removal: nothing to warn about any more
-        return Decision()
+        return Decision(), None
     managed, why = is_managed(view, settings)
     warnings: list[str] = []
     if value is not None and not managed:
@@ -205,9 +222,38 @@ def validate(
         warnings.append(_short(f"{key} is ignored: {why.split(' (')[0]}"))
     if managed and empty_selector:
         warnings.append(_short(f"{key} is empty: it selects every eligible node"))
-    if managed and snapshot is not None:
-        warnings.extend(_cluster_warnings(view, settings=settings, snapshot=snapshot))
-    return Decision(warnings=tuple(warnings))
+    return Decision(warnings=tuple(warnings)), view if managed else None
+
+
+def cluster_warnings(
+    view: ServiceView, *, settings: SelectionSettings, snapshot: ClusterSnapshot
+) -> tuple[str, ...]:
+    """The cluster-state warnings of :func:`validate` for a managed Service's ``view``
+    (from :func:`verdict`): selector matching no node now, Local with no ready endpoint.
+
+    Raises:
+        NotMemoised: ``snapshot.memo_only`` and the answer is not memoised.
+    """
+    return _cluster_warnings(view, settings=settings, snapshot=snapshot)
+
+
+def with_warnings(decision: Decision, warnings: Sequence[str]) -> Decision:
+    """``decision`` with ``warnings`` appended (in order)."""
+    if not warnings:
+        return decision
+    return dataclasses.replace(decision, warnings=decision.warnings + tuple(warnings))
+
+
+def node_selector(request: AdmissionRequest, *, settings: SelectionSettings) -> str | None:
+    """The node selector annotation of the request's Service (``None`` without one).
+
+    Raises:
+        ReviewError: the annotation is not a string.
+    """
+    if request.object is None:
+        return None
+    key = settings.match_node_labels_annotation
+    return _annotation(request.object, key, field="request.object")
 
 
 def mutate(request: AdmissionRequest, *, settings: SelectionSettings) -> Decision:

@@ -24,6 +24,15 @@ MAX_MEMOISED_INDICES = 4_000_000
 together (4 bytes each, so at most 16 MB); beyond it the oldest selectors are dropped
 (recomputed on their next use). A selective selector costs a few bytes, so thousands of
 them fit; only selectors matching most of a large cluster compete for room."""
+MAX_MEMOISED_SELECTORS = 4096
+"""Bound on the number of selectors memoised by one index, whatever they match: a
+selector matching no Node costs no positions but its key and entry (~700 bytes), so
+without it distinct never-matching selectors (dry-run creates reach the webhook) would
+pile up until the next Node change (issue 14). The oldest are dropped first."""
+MAX_MEMOISED_REQUIREMENTS = 64
+"""Selectors with more requirements are matched every time, never memoised: a key that
+large would pin its requirements, and compiled matching costs them nothing per Node
+(docs/design.md §6.1)."""
 
 
 class NodeIndex:
@@ -60,13 +69,23 @@ class NodeIndex:
             return hit
         matches = selector.matches
         found = array("I", [i for i, node in enumerate(self.nodes) if matches(node.labels)])
+        if len(selector.requirements) > MAX_MEMOISED_REQUIREMENTS:
+            return found
         with self._lock:
             if selector not in self._memo:
                 self._memo[selector] = found
                 self._memo_size += len(found)
-                while self._memo_size > MAX_MEMOISED_INDICES and len(self._memo) > 1:
+                while len(self._memo) > 1 and (
+                    self._memo_size > MAX_MEMOISED_INDICES
+                    or len(self._memo) > MAX_MEMOISED_SELECTORS
+                ):
                     self._memo_size -= len(self._memo.pop(next(iter(self._memo))))
         return found
+
+    def memoised(self) -> int:
+        """How many selectors the memo holds now (at most :data:`MAX_MEMOISED_SELECTORS`)."""
+        with self._lock:
+            return len(self._memo)
 
     def mismatch_verdicts(self) -> tuple[NodeVerdict, ...]:
         """Every Node's ``SelectorMismatch`` verdict, in :attr:`nodes` order (built once):

@@ -257,7 +257,7 @@ def select(
         selector = _selector(service, settings, warnings)
     except SelectorError as err:
         where = f"metadata.annotations[{settings.match_node_labels_annotation}]"
-        quoted = json.dumps(elide(service.match_node_labels or ""))
+        quoted = json.dumps(elide(service.match_node_labels or ""), ensure_ascii=False)
         error = f"{where}: Invalid value: {quoted}: {err}"
         return Selection(
             service.namespace, service.name, True, "invalid node selector annotation",

@@ -42,6 +42,10 @@ T = TypeVar("T")
 
 MAX_ENTRIES = 1024
 """Default bound: least recently used entries beyond it are dropped."""
+MAX_SELECTOR_CHARS = 4096
+"""Services whose node selector annotation is longer are never memoised (each entry's key
+holds the annotation: 1,024 entries of 256 KiB annotations would pin 256 MiB); they are
+rare, and their selection is computed every time."""
 
 Derive = Callable[[ServiceView, SelectionSettings, Selection], T]
 
@@ -101,6 +105,13 @@ class SelectionMemo(Generic[T]):
             NotMemoised: ``compute`` is ``False`` and no valid entry exists.
         """
         slices = tuple(endpoint_slices)
+        if len(service.match_node_labels or "") > MAX_SELECTOR_CHARS:
+            if not compute:
+                raise NotMemoised("node selector too long to memoise")
+            selection = select(
+                service=service, nodes=nodes, endpoint_slices=slices, settings=settings, now=now
+            )
+            return derive(service, settings, selection)
         key = (
             dataclasses.replace(service, ingress=None, resource_version=None),
             slices,

@@ -18,14 +18,14 @@ DEFAULT_LIMIT = 200
 
 
 def _marker(omitted: int, unit: str) -> str:
-    return f"{ELLIPSIS}[{omitted:,} {unit} omitted]{ELLIPSIS}"
+    return f"{ELLIPSIS}({omitted} {unit}){ELLIPSIS}"
 
 
 def elide(value: str, limit: int = DEFAULT_LIMIT) -> str:
     """``value`` unchanged when it has at most ``limit`` characters, else its head and tail
     around a marker, the whole at most ``limit`` characters.
 
-    E.g. ``elide("a" * 300, 40)`` is ``"aaaaaaa…[277 characters omitted]…aaaaaaa"`` (the
+    E.g. ``elide("a" * 300, 40)`` is ``"aaaaaaaaaaa…(278 characters)…aaaaaaaaaaa"`` (the
     count is of the characters of ``value`` that are not shown). The head gets the extra
     character when the room is odd. Characters are Python ``str`` code points.
 

@@ -9,14 +9,23 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from app import __version__
 from app.config import Settings
 from app.telemetry.logs import log_event
 from app.web.auth import AllowAll, Authorizer
+from app.web.limits import BodyBudget
 from app.web.routes import admission, health, preview
-from app.web.routes.deps import AppState, BackgroundLike, CacheLike, ControllerLike
+from app.web.routes.deps import (
+    AppState,
+    BackgroundLike,
+    CacheLike,
+    ControllerLike,
+    Protected,
+    RequestLimits,
+)
 
 log = logging.getLogger("node_ipam_lb.main")
 
@@ -29,6 +38,7 @@ def create_app(
     authorizer: Authorizer | None = None,
     clock: Callable[[], float] = time.time,
     background: Sequence[BackgroundLike] = (),
+    start_worker: bool = False,
 ) -> FastAPI:
     """Build the app.
 
@@ -45,6 +55,8 @@ def create_app(
         clock: wall clock, epoch seconds (``now`` of the selection).
         background: tasks already running (the certificate sync), checked by
             ``/healthz`` and stopped on shutdown.
+        start_worker: start the review worker process with the app (``serve``), not on
+            the first large review (:class:`app.web.limits.ReviewPools`).
 
     Raises:
         ValueError: the settings do not make valid :class:`SelectionSettings`, or
@@ -61,15 +73,19 @@ def create_app(
         authorizer=authorizer if authorizer is not None else AllowAll(),
         clock=clock,
         background=tuple(background),
+        limits=RequestLimits(budget=BodyBudget(settings.inflight_body_bytes)),
     )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if controller is not None:
             controller.start()
+        if start_worker and settings.webhook:
+            state.limits.pools.start_worker()
         try:
             yield
         finally:
+            state.limits.pools.shutdown()
             if controller is not None:
                 log.info(
                     "stopping the controller (releasing the leader Lease)"
@@ -85,6 +101,9 @@ def create_app(
         summary="Node addresses as LoadBalancer ingress (io.cilium/node)",
         version=__version__,
         lifespan=lifespan,
+        openapi_url=None,  # served below, behind the same access check as preview
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.node_ipam = state
     app.add_exception_handler(Exception, _internal_error)
@@ -92,7 +111,25 @@ def create_app(
     if settings.webhook:
         app.include_router(admission.router)
     app.include_router(preview.router)
+    _add_docs(app)
     return app
+
+
+def _add_docs(app: FastAPI) -> None:
+    """``/openapi.json``, ``/docs`` (Swagger UI) and ``/redoc``, protected like preview:
+    with ``--auth kubernetes`` they need a token allowed to ``get`` the path (issue 14)."""
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Protected])
+    def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=[Protected])
+    def swagger() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - docs")
+
+    @app.get("/redoc", include_in_schema=False, dependencies=[Protected])
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

@@ -3,8 +3,13 @@
 Follows controller-runtime's ``pkg/metrics/filters.WithAuthenticationAndAuthorization``:
 the token is checked with a ``TokenReview``, access with a ``SubjectAccessReview`` on the
 non-resource URL (verb = lower-cased HTTP method, path = request path). Results are cached
-briefly (authentication 1 min; allow 5 min, deny 30 s) so a scraper does not cost two API
-calls per request. 401 for a missing or rejected token, 403 for a denial.
+briefly (authentication 1 min, a rejected token 10 s; allow 5 min, deny 30 s) so a scraper
+does not cost two API calls per request, keyed by the SHA-256 of the token (never the token
+itself), in caches bounded by entries (oldest dropped first; rejected tokens in their own
+cache, so a flood of random tokens cannot push out the good ones). At most
+``max_in_flight`` reviews are outstanding at once; beyond that a request gets 503 at once
+instead of holding a thread (issue 14). 401 for a missing or rejected token, 403 for a
+denial.
 
 This module holds the caching and the decision only: the two requests go through the
 client layer, :class:`app.kube.client.ReviewAPI` (``KubernetesAPI`` in ``serve``), as raw JSON.
@@ -26,6 +31,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("node_ipam_lb.auth")
 
 TOKEN_TTL_SECONDS = 60.0
+REJECTED_TOKEN_TTL_SECONDS = 10.0
+"""A token the API server rejected is not reviewed again for this long (the failure TTL of
+client-go's cached token authenticator, ``tokencache``, is 10 s too)."""
+MAX_ACCESS_REVIEWS_IN_FLIGHT = 8
 ALLOW_TTL_SECONDS = 300.0
 DENY_TTL_SECONDS = 30.0
 _MAX_ENTRIES = 4096
@@ -65,12 +74,17 @@ class AllowAll:
 
 
 class _TTLCache:
-    """A small thread-safe map whose entries expire ``ttl`` seconds after being set."""
+    """A small thread-safe map whose entries expire ``ttl`` seconds after being set; at
+    most ``max_entries``, the oldest dropped first."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], *, max_entries: int = _MAX_ENTRIES) -> None:
         self._clock = clock
         self._entries: dict[Any, tuple[float, Any]] = {}
         self._lock = threading.Lock()
+        self._max = max_entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def get(self, key: Any) -> tuple[bool, Any]:
         with self._lock:
@@ -82,18 +96,28 @@ class _TTLCache:
 
     def put(self, key: Any, value: Any, ttl: float) -> None:
         with self._lock:
-            if len(self._entries) >= _MAX_ENTRIES:
-                self._entries.clear()
+            self._entries.pop(key, None)
+            while len(self._entries) >= self._max:
+                self._entries.pop(next(iter(self._entries)))
             self._entries[key] = (self._clock() + ttl, value)
 
 
 class KubernetesAuthorizer:
     """``--auth kubernetes``: TokenReview + SubjectAccessReview with brief caching."""
 
-    def __init__(self, api: ReviewAPI, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        api: ReviewAPI,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_in_flight: int = MAX_ACCESS_REVIEWS_IN_FLIGHT,
+    ):
         self._api = api
         self._tokens = _TTLCache(clock)
+        self._rejected = _TTLCache(clock)
         self._decisions = _TTLCache(clock)
+        self._in_flight = threading.BoundedSemaphore(max_in_flight)
+        self._max_in_flight = max_in_flight
 
     def check(self, *, token: str | None, verb: str, path: str) -> None:
         """Authenticate ``token`` and authorize ``verb`` on ``path``.
@@ -101,7 +125,7 @@ class KubernetesAuthorizer:
         Raises:
             AccessError: 401 without a token or when TokenReview rejects it; 403 when the
                 SubjectAccessReview denies; 503 (not cached) when the API server cannot
-                be asked.
+                be asked, or ``max_in_flight`` reviews are already outstanding.
         """
         if not token:
             raise AccessError(401, "Unauthorized: a bearer token is required")
@@ -116,22 +140,33 @@ class KubernetesAuthorizer:
             raise AccessError(403, f'Forbidden: user "{user.username}" cannot {verb} path "{path}"')
 
     def _authenticate(self, digest: str, token: str) -> User:
+        rejected, _ = self._rejected.get(digest)
+        if rejected:
+            raise AccessError(401, "Unauthorized: the bearer token was rejected")
         found, user = self._tokens.get(digest)
         if not found:
             user = self._ask(lambda: token_review(self._api, token))
-            self._tokens.put(digest, user, TOKEN_TTL_SECONDS)
+            if user is None:
+                self._rejected.put(digest, True, REJECTED_TOKEN_TTL_SECONDS)
+            else:
+                self._tokens.put(digest, user, TOKEN_TTL_SECONDS)
         if user is None:
             raise AccessError(401, "Unauthorized: the bearer token was rejected")
         assert isinstance(user, User)
         return user
 
-    @staticmethod
-    def _ask(call: Callable[[], Any]) -> Any:
+    def _ask(self, call: Callable[[], Any]) -> Any:
+        if not self._in_flight.acquire(blocking=False):
+            raise AccessError(
+                503, f"cannot review access now: {self._max_in_flight} reviews in flight"
+            )
         try:
             return call()
         except Exception as err:  # any API failure is "cannot decide now", never a 500
             log.warning("access review failed: %s", err)
             raise AccessError(503, f"cannot review access now: {err}") from err
+        finally:
+            self._in_flight.release()
 
 
 def token_review(api: ReviewAPI, token: str) -> User | None:

@@ -345,7 +345,7 @@ def test_a_huge_malformed_selector_keeps_the_reason_whole_in_the_event_note(
     note = event["note"]
     assert len(note.encode()) <= 1024
     assert note.startswith("metadata.annotations[io.cilium.nodeipam/match-node-labels]")
-    assert "characters omitted]" in note
+    assert "characters)…" in note
     error = world.reconciler._errors["default/web"]  # the full text select() gave
     reason = error.rsplit('": ', 1)[1]
     assert note.endswith(f'": {reason}'), (note[-200:], reason)

@@ -70,3 +70,25 @@ def test_matching_is_memoised_per_selector_and_bounded(
     again = index.matching(edge)
     assert list(again) == [0], "the oldest entry was dropped, then recomputed"
     assert list(index.matching(None)) == [0, 1]
+
+
+def test_selectors_matching_no_node_are_bounded_by_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 14: the memo's bound counted matching positions only, so selectors that
+    # match no Node (0 positions) were never dropped until the next Node change.
+    monkeypatch.setattr(nodeindex, "MAX_MEMOISED_SELECTORS", 50)
+    index = NodeIndex([node("a", labels={"pool": "edge"}), node("b")])
+    for i in range(500):
+        assert list(index.matching(parse(f"pool=nowhere-{i}"))) == []
+    assert index.memoised() == 50
+    assert list(index.matching(parse("pool=edge"))) == [0]
+
+
+def test_a_selector_of_many_requirements_is_matched_but_not_memoised() -> None:
+    index = NodeIndex([node("a", labels={"pool": "edge"}), node("b")])
+    long = parse(",".join(f"!absent-{i}" for i in range(nodeindex.MAX_MEMOISED_REQUIREMENTS)))
+    longer = parse(long.__str__() + ",pool")
+    assert list(index.matching(long)) == [0, 1]
+    assert list(index.matching(longer)) == [0]
+    assert index.memoised() == 1

@@ -16,7 +16,7 @@ import pytest
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import Selection, select
 from app.core.options import SelectionSettings
-from app.core.selection_memo import NotMemoised, SelectionMemo
+from app.core.selection_memo import MAX_SELECTOR_CHARS, NotMemoised, SelectionMemo
 from app.core.views import ServiceView
 from tests.core.builders import NOW, endpoint, endpoint_slice, node, service
 
@@ -232,3 +232,19 @@ def test_memo_only_lookup_answers_hits_and_refuses_misses() -> None:
         derive=derive, compute=False,
     )  # fmt: skip
     assert derive.calls == 1
+
+
+def test_a_long_node_selector_is_computed_but_never_kept() -> None:
+    """Issue 14: each key holds the annotation; 1,024 keys of 256 KiB would pin 256 MiB."""
+    memo: SelectionMemo[Summary] = SelectionMemo()
+    derive, nodes = Counting(), pool_nodes()
+    long = ",".join(["pool=edge"] * (MAX_SELECTOR_CHARS // 9 + 1))
+    svc = service(selector=long)
+    assert ask(memo, derive, svc, nodes) == direct(svc, nodes)
+    assert ask(memo, derive, svc, nodes) == direct(svc, nodes)
+    assert derive.calls == 2 and len(memo) == 0
+    with pytest.raises(NotMemoised):
+        memo.derived(
+            service=svc, nodes=nodes, endpoint_slices=(), settings=SETTINGS, now=NOW,
+            derive=derive, compute=False,
+        )  # fmt: skip

@@ -24,6 +24,7 @@ KUSTOMIZATIONS = (
     "deploy/overlays/cert-manager",
     "deploy/overlays/default-nodeipam",
     "deploy/overlays/precreated-secret",
+    "deploy/overlays/network-policy",
 )
 
 NAMESPACE = "node-ipam-lb"

@@ -259,3 +259,15 @@ def pod_labels(objects: list[dict[str, Any]]) -> dict[str, str]:
     """Labels of the Deployment's pod template."""
     deployment = find(objects, "Deployment", "node-ipam-lb")
     return dict(deployment["spec"]["template"]["metadata"]["labels"])
+
+
+def test_network_policy_admits_only_the_https_port_of_our_pods() -> None:
+    objects = render("deploy/overlays/network-policy")
+    policy = find(objects, "NetworkPolicy", "node-ipam-lb")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels(objects).items()
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    assert "from" not in rule  # the API server's source address is not knowable in general
+    ports = {p["name"] for p in container(objects)["ports"]}
+    assert [p["port"] for p in rule["ports"]] == ["https"] and ports == {"https"}
+    assert not list(of_kind(render("deploy"), "NetworkPolicy")), "optional: not in the default"

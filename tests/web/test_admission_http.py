@@ -130,17 +130,17 @@ def test_body_that_is_not_an_admission_review_gets_400_with_a_reason(
     assert reason in response.json()["detail"]
 
 
-def test_oversized_body_gets_400(client: AppClient) -> None:
+def test_oversized_body_gets_413(client: AppClient) -> None:
     data = b" " * (deps.MAX_BODY_BYTES + 1)
     response = client.post("/validate", content=data, headers=JSON)
-    assert response.status_code == 400
+    assert response.status_code == 413
     assert "Too long" in response.json()["detail"]
 
 
-def test_lying_content_length_gets_400(client: AppClient) -> None:
+def test_lying_content_length_gets_413(client: AppClient) -> None:
     headers = {**JSON, "content-length": str(deps.MAX_BODY_BYTES + 1)}
     response = client.post("/validate", content=b"{}", headers=headers)
-    assert response.status_code == 400
+    assert response.status_code == 413
 
 
 def test_a_sender_that_stalls_gets_400_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:

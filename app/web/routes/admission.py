@@ -1,32 +1,55 @@
 """``POST /validate`` and ``POST /mutate``: AdmissionReview v1 in, AdmissionReview v1 out.
 
-Thin shell over :mod:`app.core.admission`: read the body on the event loop; decode it (400
-with a reason for anything that is not an AdmissionReview, like controller-runtime's
-webhook server, including strings that are not valid Unicode), take a snapshot of the
-live cache when it is synced, call the pure decision and render the response review; on
-the event loop when the body is small and the answer needs no ``select`` (a hit in the
-app's :class:`~app.core.selection_memo.SelectionMemo`, ``/mutate``), else in the thread pool.
-Answer HTTP 200 and only then count the request by path and verdict. Anything else the
-body makes fail is a logged 400, never a 500.
+Thin shell over :mod:`app.core.admission`: take the body's share of the byte budget, read
+the body on the event loop (413 past the cap, by ``Content-Length`` first, then by count);
+decode it (400 with a reason for anything that is not an AdmissionReview, like
+controller-runtime's webhook server, including strings that are not valid Unicode and the
+non-numbers ``NaN``/``Infinity``/``1e999`` Go rejects), take a snapshot of the live cache
+when it is synced, call the pure decision and render the response review; on the event
+loop when the body is small, the node selector short and the answer needs no ``select`` (a
+hit in the app's :class:`~app.core.selection_memo.SelectionMemo`, ``/mutate``), else in a
+review pool (:mod:`app.web.limits`). The verdict is due within ``review_deadline_seconds``
+(else 503, which the API server treats as a webhook failure: ``failurePolicy``); the
+cluster-state warnings get ``cluster_check_seconds`` after it and are skipped with one
+warning saying so when that runs out (docs/design.md §7.1). Answer HTTP 200 and only then
+count the request by path and verdict. Anything else the body makes fail is a logged 400,
+never a 500.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import functools
 import json
 import logging
+import math
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from app.core import admission
 from app.core.dump import lone_surrogate
+from app.core.options import SelectionSettings
 from app.core.selection_memo import NotMemoised
+from app.core.views import ServiceView
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
-from app.web.routes.deps import AppState, BodyError, State, media_type, read_body
+from app.web.limits import BodyBudget, Overloaded
+from app.web.routes.deps import (
+    MAX_BODY_BYTES,
+    AppState,
+    BodyError,
+    BodyTooLarge,
+    State,
+    declared_length,
+    media_type,
+    read_body,
+)
 
 log = logging.getLogger("node_ipam_lb.admission")
 
@@ -34,7 +57,10 @@ router = APIRouter(tags=["admission"])
 
 INLINE_BODY_BYTES = 64 * 1024
 """Bodies up to this size are decoded on the event loop (a 2.5 KB review: ~50 µs); larger
-ones (up to 7 MiB) only in the thread pool, so one cannot stall the other requests."""
+ones only in the heavy review pool, so one cannot stall the other requests."""
+INLINE_SELECTOR_CHARS = 1024
+"""Node selectors up to this length are parsed on the event loop (well under 1 ms, usually
+a cache hit); longer ones in the heavy review pool."""
 
 
 _REVIEW_EXAMPLE = {
@@ -67,6 +93,8 @@ _OPENAPI = {
     "responses": {
         "200": {"description": "AdmissionReview v1 with `response` (uid echoed)"},
         "400": {"description": "The body is not an AdmissionReview; `detail` says why"},
+        "413": {"description": "The body exceeds the cap (`detail` says it)"},
+        "503": {"description": "Overloaded: not decided within the deadline; retry"},
     },
 }
 
@@ -85,23 +113,32 @@ async def mutate(request: Request, state: State) -> JSONResponse:
 
 async def _review(request: Request, state: AppState, *, path: str) -> JSONResponse:
     started = time.perf_counter()
+    deadline = started + state.settings.review_deadline_seconds
     try:
-        raw = await _read(request)
-        try:
-            if len(raw) > INLINE_BODY_BYTES:
-                raise NotMemoised("body too large to decode on the event loop")
-            # A small body whose answer needs no select() (a memo hit, /mutate, no cache):
-            # about 0.2 ms, cheaper on the loop than a hop to the thread pool (which cost
-            # a third of the requests/s at 50 connections).
-            review, decision, response = _answer(raw, state, path=path, memo_only=True)
-        except NotMemoised:
-            # Off the event loop: select() over 5,000 cached nodes takes milliseconds, and
-            # /healthz and the other requests must not wait for it (measured: /healthz
-            # median under 8 concurrent validate-5000 clients 120-140 ms inline, ~55 ms in
-            # the pool).
-            review, decision, response = await run_in_threadpool(
-                _answer, raw, state, path=path, memo_only=False
+        if media_type(request) != "application/json":
+            raise BodyError(
+                f"Content-Type: Unsupported value: {request.headers.get('content-type', '')!r}:"
+                " supported value: application/json"
             )
+        declared = declared_length(request, limit=MAX_BODY_BYTES)
+        weight = declared or MAX_BODY_BYTES
+        budget = state.limits.budget
+        await budget.acquire(weight, timeout=max(0.0, deadline - time.perf_counter()))
+        slot = _HeavySlot(state.limits.heavy)
+        try:
+            if weight > INLINE_BODY_BYTES:  # a large review: wait for a slot before reading
+                await slot.take(deadline)
+            raw = await read_body(request)
+            review, decision, response = await _decide_off_loop_if_needed(
+                raw, state, path=path, deadline=deadline, slot=slot
+            )
+        finally:
+            budget.release(weight)
+            slot.give_back()
+    except BodyTooLarge as err:
+        return _rejected(path, started, reason=str(err), status=413)
+    except Overloaded as err:
+        return _rejected(path, started, reason=f"overloaded: {err}", status=503)
     except (BodyError, admission.ReviewError) as err:
         return _rejected(path, started, reason=str(err))
     except Exception as err:  # a body our decision code cannot handle: the sender's 400, logged
@@ -125,32 +162,211 @@ async def _review(request: Request, state: AppState, *, path: str) -> JSONRespon
     return response
 
 
-def _rejected(path: str, started: float, *, reason: str) -> JSONResponse:
-    metrics.observe_webhook(path=path, verdict="invalid", seconds=time.perf_counter() - started)
-    log_event(log, "admission request rejected", path=path, status=400, reason=reason)
-    return JSONResponse({"detail": reason}, status_code=400)
+def _rejected(path: str, started: float, *, reason: str, status: int = 400) -> JSONResponse:
+    verdict = "overloaded" if status == 503 else "invalid"
+    metrics.observe_webhook(path=path, verdict=verdict, seconds=time.perf_counter() - started)
+    log_event(log, "admission request rejected", path=path, status=status, reason=reason)
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return JSONResponse({"detail": reason}, status_code=status, headers=headers)
 
 
-def _answer(
-    raw: bytes, state: AppState, *, path: str, memo_only: bool
-) -> tuple[admission.AdmissionRequest, admission.Decision, JSONResponse]:
-    """Decode, decide and render (the response is rendered here, so it cannot fail later).
+Answer = tuple[admission.AdmissionRequest, admission.Decision, JSONResponse]
 
-    Raises:
-        NotMemoised: ``memo_only`` and the decision would have to call ``select``.
-    """
-    review = admission.parse_review(_decode(raw))
-    decision = _decide(review, state, path=path, memo_only=memo_only)
+
+class _HeavySlot:
+    """One of the :data:`~app.web.limits.HEAVY_QUEUE` places for large reviews: taken
+    before the body is read (waiting costs nothing then: the body stays in the socket),
+    held until the review's thread is done (even past the response), given back once."""
+
+    def __init__(self, slots: BodyBudget) -> None:
+        self._slots = slots
+        self.held = False
+        self.handed_over = False
+
+    async def take(self, deadline: float) -> None:
+        if not self.held:
+            try:
+                await self._slots.acquire(1, timeout=max(0.0, deadline - time.perf_counter()))
+            except Overloaded as err:
+                raise Overloaded(f"{self._slots.capacity} large reviews are in progress") from err
+            self.held = True
+
+    def give_back(self, *, owner: bool = False) -> None:
+        """Release the slot; the route's own release is skipped once a job took it over."""
+        if self.held and (owner or not self.handed_over):
+            self.held = False
+            self._slots.release(1)
+
+
+async def _decide_off_loop_if_needed(
+    raw: bytes, state: AppState, *, path: str, deadline: float, slot: _HeavySlot
+) -> Answer:
+    """On the event loop when the body is small, the selector short and the answer needs
+    no ``select`` (a memo hit, ``/mutate``): about 0.2 ms, cheaper than a hop to a thread
+    (which cost a third of the requests/s at 50 connections). Otherwise in the review
+    pools (:class:`app.web.limits.ReviewPools`), under the review's deadline."""
+    heavy = len(raw) > INLINE_BODY_BYTES
+    if not heavy:
+        try:
+            return _answer(raw, state, path=path, memo_only=True)
+        except _TooLong:
+            heavy = True
+        except NotMemoised:
+            pass
+    pools = state.limits.pools
+    if heavy:
+        await slot.take(deadline)
+    job = _Job(raw, state, path=path, loop=asyncio.get_running_loop(), heavy=heavy)
+    task = asyncio.ensure_future(
+        run_in_threadpool(
+            _run_job, job, executor=pools.heavy() if heavy else pools.light(), path=path
+        )
+    )
+    slot.handed_over = True
+    task.add_done_callback(lambda done: _finished(done, slot=slot))
+    remaining = deadline - time.perf_counter()
+    waited: set[asyncio.Future[Any]] = {task, job.verdict}
+    await asyncio.wait(waited, timeout=max(0.0, remaining), return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        return task.result()
+    if not job.verdict.done():
+        job.abandoned = True  # never started, or still decoding: give up on it
+        raise Overloaded(f"review not decided within {state.settings.review_deadline_seconds:g} s")
+    budget = min(deadline - time.perf_counter(), state.settings.cluster_check_seconds)
+    await asyncio.wait({task}, timeout=max(0.0, budget))
+    if task.done():
+        return task.result()
+    # The cluster-state warnings ran out of time: answer the verdict now (the check goes
+    # on in its thread and memoises its result for the next identical review).
+    review, decision = job.verdict.result()
+    skipped = admission.with_warnings(decision, [_skipped_warning(state)])
+    return review, skipped, JSONResponse(admission.review_response(review, skipped))
+
+
+def _skipped_warning(state: AppState) -> str:
+    budget_ms = state.settings.cluster_check_seconds * 1000
+    return (
+        f"cluster checks skipped (selector match, ready endpoints): not done in {budget_ms:.0f} ms"
+    )
+
+
+def _finished(task: asyncio.Future[Answer], *, slot: _HeavySlot) -> None:
+    slot.give_back(owner=True)
+    if not task.cancelled():
+        task.exception()  # retrieved: an abandoned review's error is not "never retrieved"
+
+
+async def run_in_threadpool(
+    func: Callable[..., Answer], *args: Any, executor: Executor, **kwargs: Any
+) -> Answer:
+    """``func(*args, **kwargs)`` in ``executor`` (a review pool), awaited on the loop."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(executor, functools.partial(func, *args, **kwargs))
+
+
+class _TooLong(NotMemoised):
+    """The node selector is too long to parse on the event loop."""
+
+
+class _Abandoned(Exception):
+    """The route gave up on this review before it started (its deadline passed)."""
+
+
+class _Job:
+    """One review decided in a pool thread; publishes its verdict (``verdict``: the
+    request and the decision without cluster-state warnings) before those are computed."""
+
+    def __init__(
+        self,
+        raw: bytes,
+        state: AppState,
+        *,
+        path: str,
+        loop: asyncio.AbstractEventLoop,
+        heavy: bool = False,
+    ) -> None:
+        self.heavy = heavy
+        self.deadline = time.perf_counter() + state.settings.review_deadline_seconds
+        self.raw: bytes | None = raw
+        self.state = state
+        self.path = path
+        self.loop = loop
+        self.abandoned = False
+        self.verdict: asyncio.Future[tuple[admission.AdmissionRequest, admission.Decision]] = (
+            loop.create_future()
+        )
+
+    def publish(self, review: admission.AdmissionRequest, decision: admission.Decision) -> None:
+        def settle() -> None:
+            if not self.verdict.done():
+                self.verdict.set_result((review, decision))
+
+        self.loop.call_soon_threadsafe(settle)
+
+
+def _run_job(job: _Job, *, path: str) -> Answer:
+    if job.abandoned or job.raw is None:
+        raise _Abandoned("the review's deadline passed before it started")
+    raw, job.raw = job.raw, None
+    if not job.heavy:
+        return _answer(raw, job.state, path=path, memo_only=False, job=job)
+    # Decoding and the verdict in the worker process; the cluster-state warnings here,
+    # where the cache is.
+    state = job.state
+    review, decision, view = state.limits.pools.apart(
+        decide_apart,
+        raw,
+        state.selection,
+        path,
+        timeout=max(0.0, job.deadline - time.perf_counter()),
+    )
+    snapshot = _snapshot(review, state, memo_only=False) if view is not None else None
+    if view is not None and snapshot is not None and decision.allowed:
+        job.publish(review, decision)
+        warnings = admission.cluster_warnings(view, settings=state.selection, snapshot=snapshot)
+        decision = admission.with_warnings(decision, warnings)
     return review, decision, JSONResponse(admission.review_response(review, decision))
 
 
-async def _read(request: Request) -> bytes:
-    if media_type(request) != "application/json":
-        raise BodyError(
-            f"Content-Type: Unsupported value: {request.headers.get('content-type', '')!r}:"
-            " supported value: application/json"
-        )
-    return await read_body(request)
+def decide_apart(
+    raw: bytes, settings: SelectionSettings, path: str
+) -> tuple[admission.AdmissionRequest, admission.Decision, ServiceView | None]:
+    """Decode ``raw`` and decide without cluster state (runs in the worker process).
+
+    Returns the request without its ``object``/``oldObject`` (only the small parts travel
+    back), the decision (:func:`app.core.admission.validate` without a snapshot, or
+    :func:`~app.core.admission.mutate`) and, when the cluster-state warnings apply, the
+    Service's view (:func:`app.core.admission.verdict`).
+
+    Raises:
+        BodyError, ReviewError: as for a body decided in the server process.
+    """
+    review = admission.parse_review(_decode(raw))
+    slim = dataclasses.replace(review, object=None, old_object=None)
+    if path == "/mutate":
+        return slim, admission.mutate(review, settings=settings), None
+    decision = admission.validate(review, settings=settings, snapshot=None)
+    view = admission.verdict(review, settings=settings)[1] if decision.allowed else None
+    return slim, decision, view
+
+
+def _answer(
+    raw: bytes,
+    state: AppState,
+    *,
+    path: str,
+    memo_only: bool,
+    job: _Job | None = None,
+) -> Answer:
+    """Decode, decide and render (the response is rendered here, so it cannot fail later).
+
+    Raises:
+        NotMemoised: ``memo_only`` and the decision would have to call ``select``
+            (:class:`_TooLong`: or to parse a long node selector).
+    """
+    review = admission.parse_review(_decode(raw))
+    decision = _decide(review, state, path=path, memo_only=memo_only, job=job)
+    return review, decision, JSONResponse(admission.review_response(review, decision))
 
 
 def _decode(raw: bytes) -> Any:
@@ -158,7 +374,7 @@ def _decode(raw: bytes) -> Any:
     cannot hold the lone surrogates a JSON ``\\ud800`` escape makes)."""
     try:
         text = raw.decode("utf-8")
-        body = json.loads(text)
+        body = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except UnicodeDecodeError as err:
         raise BodyError(f"body: Invalid value: not UTF-8 (byte {err.start})") from err
     except RecursionError as err:
@@ -172,13 +388,43 @@ def _decode(raw: bytes) -> Any:
     return body
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (RFC 8259; Go's encoding/json rejects it)")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"number {text[:40]} overflows a float64 (Go's encoding/json rejects it)")
+    return number
+
+
 def _decide(
-    review: admission.AdmissionRequest, state: AppState, *, path: str, memo_only: bool
+    review: admission.AdmissionRequest,
+    state: AppState,
+    *,
+    path: str,
+    memo_only: bool,
+    job: _Job | None = None,
 ) -> admission.Decision:
     if path == "/mutate":
         return admission.mutate(review, settings=state.selection)
+    settings = state.selection
+    if memo_only and len(admission.node_selector(review, settings=settings) or "") > (
+        INLINE_SELECTOR_CHARS
+    ):
+        raise _TooLong("node selector too long to parse on the event loop")
+    decision = admission.validate(review, settings=settings, snapshot=None)
     snapshot = _snapshot(review, state, memo_only=memo_only)
-    return admission.validate(review, settings=state.selection, snapshot=snapshot)
+    if snapshot is None or not decision.allowed:
+        return decision
+    _, view = admission.verdict(review, settings=settings)
+    if view is None:
+        return decision
+    if job is not None:
+        job.publish(review, decision)
+    warnings = admission.cluster_warnings(view, settings=settings, snapshot=snapshot)
+    return admission.with_warnings(decision, warnings)
 
 
 def _snapshot(

@@ -13,15 +13,17 @@ from typing import Annotated, Protocol
 
 from fastapi import Depends, HTTPException, Request
 
-from app.config import Settings
+from app.config import ADMISSION_BODY_LIMIT, Settings
 from app.core.nodeindex import NodeIndex
 from app.core.options import SelectionSettings
 from app.core.selection_memo import SelectionMemo
 from app.core.views import EndpointSliceView, NodeView, ServiceView
 from app.web.auth import AccessError, Authorizer
+from app.web.limits import HEAVY_QUEUE, BodyBudget, ReviewPools
 
-MAX_BODY_BYTES = 7 * 1024 * 1024
-"""controller-runtime's webhook body cap; kube-apiserver never sends more (etcd limit 1.5 MiB)."""
+MAX_BODY_BYTES = ADMISSION_BODY_LIMIT
+"""Cap on an AdmissionReview body (:data:`app.config.ADMISSION_BODY_LIMIT`, 6 MiB + 64 KiB):
+object and oldObject each at most kube-apiserver's 3 MiB request body limit."""
 BODY_READ_SECONDS = 10.0
 """kube-apiserver's default webhook ``timeoutSeconds``: a body slower than this is abandoned."""
 
@@ -76,6 +78,18 @@ class AppState:
     clock: Callable[[], float]
     admission_memo: SelectionMemo[tuple[str, ...]] = field(default_factory=SelectionMemo)
     background: tuple[BackgroundLike, ...] = ()
+    limits: RequestLimits = field(default_factory=lambda: RequestLimits())
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """What admission requests may hold at once (docs/design.md §7.1): ``budget`` bounds the
+    body bytes in progress, ``heavy`` the large reviews queued or running (one unit each),
+    ``pools`` the decision threads and the worker process."""
+
+    budget: BodyBudget = field(default_factory=lambda: BodyBudget(2 * ADMISSION_BODY_LIMIT))
+    heavy: BodyBudget = field(default_factory=lambda: BodyBudget(HEAVY_QUEUE))
+    pools: ReviewPools = field(default_factory=ReviewPools)
 
 
 async def get_state(request: Request) -> AppState:
@@ -115,16 +129,32 @@ class BodyTooLarge(BodyError):
     """The request body exceeds the route's limit (HTTP 413 where the route says so)."""
 
 
+def declared_length(request: Request, *, limit: int = MAX_BODY_BYTES) -> int | None:
+    """The request's ``Content-Length`` (``None`` without one).
+
+    Raises:
+        BodyTooLarge: it is not a number or exceeds ``limit`` (checked before any read).
+    """
+    declared = request.headers.get("content-length")
+    if declared is None:
+        return None
+    if not declared.isdigit() or int(declared) > limit:
+        raise BodyTooLarge(f"body: Too long: Content-Length {declared} exceeds {limit} bytes")
+    return int(declared)
+
+
 async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES) -> bytes:
     """Read the body, refusing more than ``limit`` bytes or a sender slower than 10 s.
+
+    ``Content-Length`` is checked before reading; without it the bytes are counted as
+    they arrive and reading stops at the first chunk past ``limit`` (the rest is never
+    read, so an oversized body costs at most ``limit`` plus one chunk).
 
     Raises:
         BodyTooLarge: too large (by ``Content-Length`` or by count).
         BodyError: too slow.
     """
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise BodyTooLarge(f"body: Too long: Content-Length {declared} exceeds {limit} bytes")
+    declared_length(request, limit=limit)
     chunks: list[bytes] = []
     size = 0
     try:

@@ -1,4 +1,9 @@
-"""``/healthz``, ``/readyz`` (no token) and ``/metrics`` (protected like controller-runtime's)."""
+"""``/healthz``, ``/readyz`` (no token) and ``/metrics`` (protected like controller-runtime's).
+
+``/healthz`` and ``/readyz`` are ``async``: they only read flags (thread liveness, the
+cache's synced flag, timestamps), so they run on the event loop and are never queued
+behind work in a thread pool (issue 14: a sync route waited 30 s behind heavy reviews).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_class=PlainTextResponse, summary="Liveness")
-def healthz(state: State) -> PlainTextResponse:
+async def healthz(state: State) -> PlainTextResponse:
     """200 ``ok``; 503 with the reason when the controller is unhealthy (a stuck watch,
     or a Lease that cannot be taken because its namespace does not exist) or a background
     task is (the certificate sync stopped or keeps failing)."""
@@ -27,7 +32,7 @@ def healthz(state: State) -> PlainTextResponse:
 
 
 @router.get("/readyz", response_class=PlainTextResponse, summary="Readiness")
-def readyz(state: State) -> PlainTextResponse:
+async def readyz(state: State) -> PlainTextResponse:
     """200 once the cluster cache is synced (or when running without a controller)."""
     if state.controller is not None and not state.controller.ready():
         return PlainTextResponse("not ready: cluster cache not synced\n", status_code=503)

@@ -252,8 +252,8 @@ def test_warnings_stay_within_120_characters_for_long_names() -> None:
     assert all(len(w) <= admission.MAX_WARNING_CHARS for w in decision.warnings)
     # Cut in the middle (app.core.text.elide): what it is about and how it ends both stay.
     first = decision.warnings[0]
-    assert first.startswith("io.cilium.nodeipam/match-node-labels is ignored")
-    assert "characters omitted]…" in first
+    assert first.startswith("io.cilium.nodeipam/match-node-labels is ignored: sp")
+    assert "characters)…" in first
     assert first.endswith('"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/b"')
 
 
