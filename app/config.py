@@ -206,6 +206,18 @@ def from_flags(config: type[ConfigT], flags: Mapping[str, Any]) -> ConfigT:
     return settings
 
 
+TOOLING_VARIABLES = frozenset(
+    {
+        "NODE_IPAM_REQUIRE_CONTROL_PLANE",  # .ci/run: the real-API test tier must run
+        "NODE_IPAM_REQUIRE_KUBECTL",  # tests: kubectl must be on PATH
+        "NODE_IPAM_CONTROL_PLANE_CACHE",  # tests/controlplane: where binaries are cached
+        "NODE_IPAM_GO",  # tests/controlplane: the go command to build with
+    }
+)
+"""``NODE_IPAM_*`` variables of the repository's build and test tooling, not settings:
+:func:`unknown_environment` does not warn about them (CI exports some of them)."""
+
+
 def unknown_environment(environ: Mapping[str, str] | None = None) -> list[str]:
     """One warning per ``NODE_IPAM_*`` variable that names no setting, in name order.
 
@@ -222,6 +234,8 @@ def unknown_environment(environ: Mapping[str, str] | None = None) -> list[str]:
     for name in sorted(environ):
         upper = name.upper()
         if not upper.startswith(ENV_PREFIX) or upper.removeprefix(ENV_PREFIX) in known:
+            continue
+        if upper in TOOLING_VARIABLES:
             continue
         # Compared without the shared prefix, which would make every name look close.
         close = difflib.get_close_matches(upper.removeprefix(ENV_PREFIX), known, n=1)
