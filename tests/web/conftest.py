@@ -146,6 +146,8 @@ def controller(cache: FakeCache) -> FakeController:
 
 @pytest.fixture
 def client(controller: FakeController) -> Iterator[AppClient]:
-    settings = Settings(default_lb_service_ipam="nodeipam", auth="none")
+    # These tests pin verdicts, not the deadline (tests/web/test_bounded_cost.py does): a
+    # loaded CI machine must not turn a slow first decode in the review process into 503.
+    settings = Settings(default_lb_service_ipam="nodeipam", auth="none", review_deadline_seconds=25)
     with AppClient(create_app(settings, controller=controller, clock=lambda: 1e6)) as test_client:
         yield test_client
