@@ -30,7 +30,11 @@ _BUILD_ERROR = pytest.StashKey[str]()
 
 
 def _uses_control_plane(item: pytest.Item) -> bool:
-    return FIXTURE in getattr(item, "fixturenames", ())
+    """The test asks for the fixture, or is marked (e.g. a ``real`` parameter that gets the
+    fixture through ``request.getfixturevalue``)."""
+    return FIXTURE in getattr(item, "fixturenames", ()) or (
+        item.get_closest_marker("controlplane") is not None
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

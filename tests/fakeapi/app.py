@@ -106,7 +106,11 @@ async def _body(request: Request) -> Any:
     if not raw:
         return None
     if "protobuf" in ctype:
-        raise errors.error(415, f"the fake API only accepts JSON, not {ctype}")
+        raise errors.error(
+            415,
+            f"the fake API only accepts JSON, not {ctype} (kubectl create <kind> sends "
+            "protobuf: use kubectl create -f or kubectl apply -f with a manifest)",
+        )
     try:
         if ctype in ("application/yaml", "application/x-yaml"):
             return yaml.safe_load(raw)
@@ -132,15 +136,9 @@ def _watch_list(q: Any) -> bool:
     """Validate ``sendInitialEvents`` like ``ValidateListOptions`` (422 on misuse)."""
     if q.get("sendInitialEvents") not in ("true", "1"):
         return False
+    # A real v1.35 server does not require allowWatchBookmarks here (it then sends the
+    # initial events without the closing bookmark).
     causes: list[tuple[str, str, str]] = []
-    if q.get("allowWatchBookmarks") not in ("true", "1"):
-        causes.append(
-            (
-                "allowWatchBookmarks",
-                "FieldValueRequired",
-                "Required value: allowWatchBookmarks required when sendInitialEvents is specified",
-            )
-        )
     if q.get("resourceVersionMatch") != "NotOlderThan":
         causes.append(
             (
@@ -231,6 +229,8 @@ class FakeApiApp:
             body = resources.VERSION_INFO
         elif parts in (["healthz"], ["readyz"], ["livez"]):
             return Response(b"ok", media_type="text/plain")
+        elif parts == ["openapi", "v2"]:
+            return Response(openapi.v2_document(), media_type=openapi.V2_PROTOBUF)
         elif parts == ["openapi", "v3"]:
             body = openapi.root()
         elif parts[:2] == ["openapi", "v3"]:
@@ -367,6 +367,7 @@ class FakeApiApp:
             fld=fld,
             resource_version=q.get("resourceVersion", ""),
             send_initial_events=_watch_list(q),
+            bookmarks=q.get("allowWatchBookmarks") in ("true", "1"),
         )
         events = watch.stream(
             store,

@@ -2,10 +2,11 @@
 
 Generic registry behaviour (``k8s.io/apiserver/pkg/registry/generic/registry.Store``):
 optimistic concurrency on ``resourceVersion`` (409 Conflict), ``generateName``, uid and
-creationTimestamp on create, ``generation`` bumped on spec changes only, no-op writes do not
-bump the resourceVersion, ``/status`` writes change only status (``ResetObjectMetaForStatus``)
-and main-resource writes never change status, finalizers delay deletion (deletionTimestamp),
-namespaced objects need an existing namespace. Patches of every type are retried on an
+creationTimestamp on create, ``generation`` (only for the resources whose strategy sets it)
+bumped on spec changes only, no-op writes do not bump the resourceVersion, ``/status``
+writes change status and metadata but never spec, main-resource writes never change
+status, finalizers delay deletion (deletionTimestamp), namespaced objects need an existing
+namespace. Patches of every type are retried on an
 internal conflict, like ``GuaranteedUpdate``.
 """
 
@@ -20,13 +21,15 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakeapi import errors, event_rules, fields, patch, reviews, service_rules
+from tests.fakeapi import errors, event_rules, event_versions, fields, patch, reviews, service_rules
 from tests.fakeapi.admission import MUTATING, VALIDATING, AdmissionChain, Attributes
 from tests.fakeapi.resources import BY_KIND, BY_PATH, Resource
-from tests.fakeapi.store import Entry, Obj, Store
+from tests.fakeapi.store import Entry, Obj, Store, View
 
 NAMESPACES = BY_PATH[("", "v1", "namespaces")]
 SERVICES = BY_PATH[("", "v1", "services")]
+CORE_EVENTS = BY_PATH[("", "v1", "events")]
+EVENTS_V1 = BY_PATH[("events.k8s.io", "v1", "events")]
 ADMIN = {
     "username": "kubernetes-admin",
     "groups": ["kubeadm:cluster-admins", "system:authenticated"],
@@ -75,6 +78,11 @@ class Cluster:
 
     def __init__(self, *, history_limit: int = 200_000) -> None:
         self.store = Store(history_limit=history_limit)
+        # One Event resource in two API versions (see event_versions).
+        self.store.add_view(
+            EVENTS_V1.key,
+            View(CORE_EVENTS.key, event_versions.to_events_v1, event_versions.to_core),
+        )
         self.allocator = service_rules.Allocator()
         self.admission = AdmissionChain()
         self.tokens: dict[str, dict[str, Any]] = {}
@@ -100,16 +108,28 @@ class Cluster:
     def _finish(self, res: Resource, obj: Obj, old: Obj | None) -> None:
         """Defaults and validation that run for every write of ``res``."""
         meta = obj["metadata"]
+        if res is CORE_EVENTS:
+            # Stored in its normal form (the zero values a real server shows), so both
+            # versions read alike; checked like legacyValidateEvent for a core/v1 request.
+            normalized = event_versions.to_core(event_versions.to_events_v1(obj))
+            obj.clear()
+            obj.update(normalized)
+            causes = event_rules.core_errors(obj)
+            if causes:
+                raise errors.invalid(res.kind, meta.get("name", ""), causes, group=res.group)
+        # Events are validated as the internal core Event whatever the request's group: a
+        # real server's Status details carry no group for an events.k8s.io/v1 Event.
+        group = "" if res is EVENTS_V1 else res.group
         if old is None:
             name_errors = service_rules.name_errors(meta.get("name", ""), dns1035=res is SERVICES)
-            if res.group == "events.k8s.io" and res.plural == "events":
+            if res is EVENTS_V1:
                 name_errors += event_rules.create_errors(obj)
             if name_errors:
-                raise errors.invalid(res.kind, meta.get("name", ""), name_errors, group=res.group)
-        elif res.group == "events.k8s.io" and res.plural == "events":
+                raise errors.invalid(res.kind, meta.get("name", ""), name_errors, group=group)
+        elif res is EVENTS_V1:
             update_errors = event_rules.update_errors(obj, old)
             if update_errors:
-                raise errors.invalid(res.kind, meta.get("name", ""), update_errors, group=res.group)
+                raise errors.invalid(res.kind, meta.get("name", ""), update_errors, group=group)
         if res is SERVICES:
             service_rules.apply_defaults(obj, self.allocator)
             service_rules.validate(obj, old)
@@ -123,11 +143,13 @@ class Cluster:
         if res is NAMESPACES:
             # SetDefaults_Namespace: the name label is always set (and reset if changed).
             meta["labels"] = {**(meta.get("labels") or {}), NAME_LABEL: meta["name"]}
-        if res.has_spec:
+        if res.has_generation:
             if old is None:
                 meta["generation"] = 1
             else:
                 bump = _spec_part(obj) != _spec_part(old)
+                if res.kind == "EndpointSlice":  # its strategy also bumps on label changes
+                    bump = bump or obj["metadata"].get("labels") != old["metadata"].get("labels")
                 meta["generation"] = int(old["metadata"].get("generation", 1)) + int(bump)
 
     async def _admit(
@@ -247,12 +269,17 @@ class Cluster:
     # -- update / patch --------------------------------------------------------------------
     def _prepare_update(self, res: Resource, old: Obj, new: Obj, sub: str) -> Obj:
         if sub == "status":
+            # The Node, Service and Namespace status strategies keep the old spec and take
+            # the new status *and metadata* (labels, annotations, finalizers): they do not
+            # call ResetObjectMetaForStatus (a real v1.35 server keeps a label sent to
+            # /status).
             result = copy.deepcopy(old)
+            result["metadata"] = new["metadata"]
             if "status" in new:
                 result["status"] = new["status"]
             else:
                 result.pop("status", None)
-            return result
+            new = result
         meta, old_meta = new["metadata"], old["metadata"]
         for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
             if key in old_meta:
@@ -279,6 +306,8 @@ class Cluster:
                     ],
                     group=res.group,
                 )
+        if sub == "status":
+            return new
         if res.has_status:
             if "status" in old:
                 new["status"] = copy.deepcopy(old["status"])
@@ -299,7 +328,10 @@ class Cluster:
         await self._admit(res, new, old, op="UPDATE", sub=sub, ctx=ctx)
         meta = new["metadata"]
         now = self.store.get(res.key, meta.get("namespace", ""), meta["name"])
-        if now is not cur:
+        if (
+            now is None
+            or now.obj["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"]
+        ):
             raise _Retry
         if new == old or ctx.dry_run:
             return new
@@ -459,7 +491,7 @@ class Cluster:
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", now_rfc3339())
             meta.pop("managedFields", None)
-            if res.has_spec:
+            if res.has_generation:
                 meta.setdefault("generation", 1)
             if res.namespaced:
                 meta.setdefault("namespace", "default")

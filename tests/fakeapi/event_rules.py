@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tests.fakeapi import event_versions
 from tests.fakeapi.service_rules import Cause, qualified_name_errors
 
 REPORTING_INSTANCE_LENGTH_LIMIT = 128
@@ -58,12 +59,26 @@ def _series_errors(event: dict[str, Any]) -> list[Cause]:
     return causes
 
 
-def _legacy_errors(event: dict[str, Any]) -> list[Cause]:
-    """``legacyValidateEvent`` for an Event with ``eventTime`` (the events.k8s.io form)."""
+def _legacy_errors(
+    event: dict[str, Any], *, controller_path: str = "reportingController", core: bool = False
+) -> list[Cause]:
+    """``legacyValidateEvent`` of an Event in the events.k8s.io form. Without ``eventTime``
+    an events.k8s.io request is missing a required field; a core/v1 request is an "old"
+    Event whose ``involvedObject.namespace`` must match its namespace (empty only in
+    ``default``)."""
     causes: list[Cause] = []
     namespace = event.get("metadata", {}).get("namespace", "")
     if not event.get("eventTime"):
-        causes.append(_required("eventTime"))
+        if not core:
+            causes.append(_required("eventTime"))
+            return causes
+        regarding = event.get("regarding")
+        regarding_ns = regarding.get("namespace", "") if isinstance(regarding, dict) else ""
+        if (regarding_ns and regarding_ns != namespace) or (
+            not regarding_ns and namespace not in ("", "default")
+        ):
+            shown = f'Invalid value: "{regarding_ns}": does not match event.namespace'
+            causes.append(("involvedObject.namespace", "FieldValueInvalid", shown))
     else:
         regarding = event.get("regarding")
         regarding_ns = regarding.get("namespace", "") if isinstance(regarding, dict) else ""
@@ -71,8 +86,8 @@ def _legacy_errors(event: dict[str, Any]) -> list[Cause]:
             causes.append(_invalid("involvedObject.namespace", "does not match event.namespace"))
         controller = _text(event, "reportingController")
         if not controller:
-            causes.append(_required("reportingController"))
-        causes += qualified_name_errors(controller, "reportingController")
+            causes.append(_required(controller_path))
+        causes += qualified_name_errors(controller, controller_path)
         for key, limit, path in (
             ("reportingInstance", REPORTING_INSTANCE_LENGTH_LIMIT, "reportingInstance"),
             ("action", ACTION_LENGTH_LIMIT, "action"),
@@ -83,6 +98,14 @@ def _legacy_errors(event: dict[str, Any]) -> list[Cause]:
             causes += _length(_text(event, key), path, limit)
         causes += _length(_text(event, "note"), "message", NOTE_LENGTH_LIMIT)
     return causes
+
+
+def core_errors(core_event: dict[str, Any]) -> list[Cause]:
+    """Field errors of writing a core/v1 Event (``ValidateEventCreate``/``Update`` for a
+    core/v1 request: ``legacyValidateEvent`` only, the controller field named
+    ``reportingComponent``)."""
+    event = event_versions.to_events_v1(core_event)
+    return _legacy_errors(event, controller_path="reportingComponent", core=True)
 
 
 def create_errors(event: dict[str, Any]) -> list[Cause]:

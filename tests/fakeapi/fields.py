@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import re
 from typing import Any
 
 from tests.fakeapi import errors
@@ -32,17 +33,28 @@ _TIME = "#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.Time"
 _MICRO_TIME = "#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime"
 
 
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
+_RFC3339_MICRO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})")
+_SECONDS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
+
+
 def normalize_time(value: str, *, micro: bool, path: str) -> str:
     """``metav1.Time`` (seconds) / ``MicroTime`` (microseconds) as the server re-serializes
-    them: UTC with ``Z``. Raises 400 like the decoder for a string that is not RFC 3339."""
-    try:
-        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise errors.bad_request(
-            f'{path}: parsing time "{value}" as "2006-01-02T15:04:05Z07:00": cannot parse'
-        ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=datetime.UTC)
+    them: UTC with ``Z``. Raises 400 like the decoder for a string its layout does not
+    parse: ``Time`` is Go's ``time.RFC3339`` (a fraction is accepted), ``MicroTime`` is
+    ``RFC3339Micro`` = ``2006-01-02T15:04:05.000000Z07:00``, exactly six fraction digits
+    (apimachinery ``metav1.MicroTime.UnmarshalJSON``; a real v1.35 server refuses
+    ``2024-05-01T10:00:00Z`` for a Lease's ``renewTime``). ``path`` is unused in the text,
+    as in the decoder's."""
+    layout = "2006-01-02T15:04:05.000000Z07:00" if micro else "2006-01-02T15:04:05Z07:00"
+    if (_RFC3339_MICRO if micro else _RFC3339).fullmatch(value) is None:
+        seconds = _SECONDS.match(value)
+        if micro and seconds is not None:
+            detail = f'cannot parse "{value[seconds.end() :]}" as ".000000"'
+        else:
+            detail = f'cannot parse "{value}" as "2006"'
+        raise errors.bad_request(f'parsing time "{value}" as "{layout}": {detail}')
+    parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
     parsed = parsed.astimezone(datetime.UTC)
     return parsed.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
@@ -144,5 +156,9 @@ def check(obj: dict[str, Any], *, api_version: str, kind: str, directive: str) -
         return []
     texts = [f'unknown field "{u}"' for u in unknown]
     if directive == "Strict":
-        raise errors.bad_request("strict decoding error: " + ", ".join(texts))
+        version = api_version.rpartition("/")[2]
+        raise errors.bad_request(
+            f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding '
+            "error: " + ", ".join(texts)
+        )
     return texts

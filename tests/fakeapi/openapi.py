@@ -83,3 +83,35 @@ def group_version(path: str) -> dict[str, Any] | None:
         "paths": paths,
         "components": {"schemas": {}},
     }
+
+
+# -- /openapi/v2 --------------------------------------------------------------------------
+
+V2_PROTOBUF = (
+    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"  # as kube-apiserver answers
+)
+
+
+def _pb_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _pb_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (strings and embedded messages)."""
+    return _pb_varint(number << 3 | 2) + _pb_varint(len(payload)) + payload
+
+
+def v2_document() -> bytes:
+    """A minimal OpenAPI v2 document in gnostic's protobuf form (what kubectl asks
+    ``/openapi/v2`` for): ``swagger: "2.0"``, ``info`` and empty ``paths`` and
+    ``definitions`` (``openapi_v2.Document`` fields 1, 2, 8 and 9). kubectl fetches it to
+    validate a ``kind: List`` client-side; it finds no schema for the items, so it
+    validates nothing there and the server's own ``fieldValidation`` does the checking."""
+    info = _pb_field(1, b"Kubernetes") + _pb_field(2, b"v1.32.0")
+    return _pb_field(1, b"2.0") + _pb_field(2, info) + _pb_field(8, b"") + _pb_field(9, b"")

@@ -97,8 +97,10 @@ def _smp_map(target: dict[str, Any], patch: Any, schema: Schema | None) -> Any:
         return None
     if directive == "replace":
         return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
-    if directive not in (None, "merge"):
-        raise bad_request(f"Unknown patch type: {directive}")
+    if directive is not None:  # "merge" too: apimachinery knows only replace and delete
+        raise ApiError(
+            status_body(code=500, message=f"unknown patch type: {directive} in map: {_go(patch)}")
+        )
     result = dict(target)
     orders: dict[str, list[Any]] = {}
     for key, value in patch.items():
@@ -136,6 +138,15 @@ def _smp_map(target: dict[str, Any], patch: Any, schema: Schema | None) -> Any:
     return result
 
 
+def _go(value: Any) -> str:
+    """Go's ``%v`` of a decoded JSON value (maps with sorted keys), for error texts."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{_go(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(_go(v) for v in value) + "]"
+    return str(value)
+
+
 def _merge_key(schema: Schema | None) -> str | None:
     if schema is None:
         return None
@@ -151,7 +162,8 @@ def _smp_list(target: Any, patch: list[Any], schema: Schema | None) -> list[Any]
         return [copy.deepcopy(v) for v in patch if not (isinstance(v, dict) and "$patch" in v)]
     current = list(target) if isinstance(target, list) else []
     if key == "":
-        return current + [copy.deepcopy(v) for v in patch if v not in current]
+        merged = current + [copy.deepcopy(v) for v in patch if v not in current]
+        return _normalize_order(merged, current, patch, None)
     if any(isinstance(v, dict) and v.get("$patch") == "replace" for v in patch):
         return [copy.deepcopy(v) for v in patch if not (isinstance(v, dict) and "$patch" in v)]
     item_schema = _resolve(schema).get("items") if _resolve(schema) else None  # type: ignore[union-attr]
@@ -174,7 +186,46 @@ def _smp_list(target: Any, patch: list[Any], schema: Schema | None) -> list[Any]
             current.append(_smp_map({}, item, item_schema))
         else:
             current[index] = _smp_map(current[index], item, item_schema)
-    return current
+    server = list(target) if isinstance(target, list) else []
+    return _normalize_order(current, server, patch, key)
+
+
+def _normalize_order(
+    merged: list[Any], server: list[Any], patch: list[Any], key: str | None
+) -> list[Any]:
+    """apimachinery ``normalizeElementOrder`` + ``mergeSortedSlice``: the items named in
+    the patch (in patch order) and the server-only items (in server order) are merged; an
+    item the server did not have goes before the server items it is compared with, so a
+    new list entry comes first (a real server answers ``["x/two", "x/one"]`` for a
+    finalizer ``x/two`` merged into ``["x/one"]``)."""
+
+    def ident(v: Any) -> Any:
+        return v.get(key) if key and isinstance(v, dict) else json.dumps(v, sort_keys=True)
+
+    server_index = {ident(v): i for i, v in enumerate(server)}
+    patch_ids = [ident(v) for v in patch if not (isinstance(v, dict) and "$patch" in v)]
+    named = set(patch_ids)
+    patch_pos = {w: i for i, w in enumerate(patch_ids)}
+    right = sorted((v for v in merged if ident(v) in named), key=lambda v: patch_pos[ident(v)])
+    left = [v for v in merged if ident(v) not in named]
+    out: list[Any] = []
+    i = j = 0
+    while i < len(left) or j < len(right):
+        if j >= len(right):
+            out.append(left[i])
+            i += 1
+        elif i >= len(left):
+            out.append(right[j])
+            j += 1
+        else:
+            li, ri = server_index.get(ident(left[i])), server_index.get(ident(right[j]))
+            if li is not None and ri is not None and li < ri:
+                out.append(left[i])
+                i += 1
+            else:
+                out.append(right[j])
+                j += 1
+    return out
 
 
 def _reorder(items: list[Any], order: list[Any], key: str | None) -> list[Any]:

@@ -41,8 +41,15 @@ class Resource:
         return self.kind.lower()
 
     @property
-    def has_spec(self) -> bool:
-        return self.kind not in {"Event", "Secret", "TokenReview", "SubjectAccessReview"}
+    def has_generation(self) -> bool:
+        """Whether the resource's REST strategy maintains ``metadata.generation`` (set to 1 on
+        create, bumped on spec changes). Of the served kinds only these do on v1.35; Nodes,
+        Services, Namespaces, Leases, Secrets and Events carry none."""
+        return self.kind in {
+            "EndpointSlice",
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        }
 
 
 RESOURCES: tuple[Resource, ...] = (

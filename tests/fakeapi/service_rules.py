@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+import json
 import re
 from typing import Any
 
@@ -153,8 +154,9 @@ def apply_defaults(svc: dict[str, Any], allocator: Allocator) -> None:
         spec.setdefault("internalTrafficPolicy", "Cluster")
         spec.setdefault("ipFamilyPolicy", "SingleStack")
         if not spec.get("ipFamilies"):
-            dual = spec["ipFamilyPolicy"] in ("PreferDualStack", "RequireDualStack")
-            spec["ipFamilies"] = ["IPv4", "IPv6"] if dual else ["IPv4"]
+            # A single-stack IPv4 cluster (one --service-cluster-ip-range): PreferDualStack
+            # gets IPv4 only; RequireDualStack is refused by validate().
+            spec["ipFamilies"] = ["IPv4"]
         if not spec.get("clusterIP"):
             ips = [allocator.cluster_ip(f) for f in spec["ipFamilies"]]
             spec["clusterIP"], spec["clusterIPs"] = ips[0], ips
@@ -187,6 +189,16 @@ def validate(svc: dict[str, Any], old: dict[str, Any] | None) -> None:
             )
         )
     causes += _load_balancer_class_errors(svc, old)
+    old_policy = (old or {}).get("spec", {}).get("ipFamilyPolicy")
+    if spec.get("ipFamilyPolicy") == "RequireDualStack" != old_policy:  # when it is set
+        causes.append(
+            (
+                "spec.ipFamilyPolicy",
+                "FieldValueInvalid",
+                'Invalid value: "RequireDualStack": this cluster is not configured for '
+                "dual-stack services",
+            )
+        )
     etp = spec.get("externalTrafficPolicy")
     if etp is not None and svc_type not in ("NodePort", "LoadBalancer"):
         causes.append(
@@ -218,9 +230,9 @@ def _load_balancer_class_errors(svc: dict[str, Any], old: dict[str, Any] | None)
     causes: list[Cause] = []
     changed = old is not None and cls != old.get("spec", {}).get("loadBalancerClass")
     if old is not None and _is_lb(old) and _is_lb(svc) and changed:
-        shown = "null" if cls is None else cls
+        shown = "null" if cls is None else json.dumps(cls)  # Go's %#v: a nil *string is null
         causes.append(
-            (path, "FieldValueInvalid", f'Invalid value: "{shown}": may not change once set')
+            (path, "FieldValueInvalid", f"Invalid value: {shown}: may not change once set")
         )
     if _is_lb(svc):
         if cls is not None:
@@ -258,7 +270,8 @@ def load_balancer_status_errors(svc: dict[str, Any]) -> list[Cause]:
                     (
                         f"{path}.ip",
                         "FieldValueInvalid",
-                        f'Invalid value: "{ip}": must be a valid IP address',
+                        f'Invalid value: "{ip}": must be a valid IP address, (e.g. 10.9.8.7 or '
+                        "2001:db8::ffff)",
                     )
                 )
         mode = entry.get("ipMode")
@@ -267,7 +280,7 @@ def load_balancer_status_errors(svc: dict[str, Any]) -> list[Cause]:
                 (
                     f"{path}.ipMode",
                     "FieldValueForbidden",
-                    "Forbidden: may not be specified when `ip` is not",
+                    "Forbidden: may not be specified when `ip` is not set",
                 )
             )
         elif mode is not None and mode not in ("VIP", "Proxy"):

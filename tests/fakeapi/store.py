@@ -47,6 +47,12 @@ class Event:
     old: Obj | None
 
 
+def etcd_key(namespace: str, name: str) -> str:
+    """The order a real server lists in: etcd's key ``<namespace>/<name>`` as a string, so
+    ``team-b/x`` comes before ``team/x`` ('-' sorts before '/')."""
+    return f"{namespace}/{name}" if namespace else name
+
+
 def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     if not obj:
         return {}
@@ -99,6 +105,18 @@ class Watcher:
         return b'{"type":"' + kind.encode() + b'","object":' + event.entry.raw + b"}\n"
 
 
+@dataclass(frozen=True)
+class View:
+    """A collection served from another one's objects in another API version (one
+    resource, two versions, e.g. events.k8s.io/v1 Events over core/v1 Events): writes are
+    converted with ``from_view`` and stored in ``base``; reads, lists and watch events are
+    converted with ``to_view``. Both keep ``metadata`` (and so resourceVersion) as is."""
+
+    base: str
+    to_view: Callable[[Obj], Obj]
+    from_view: Callable[[Obj], Obj]
+
+
 class Store:
     """In-memory object storage with history and watchers (see module docstring)."""
 
@@ -111,16 +129,36 @@ class Store:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread: int | None = None
         self.lock = threading.RLock()
+        self.views: dict[str, View] = {}
+
+    def add_view(self, collection: str, view: View) -> None:
+        """Serve ``collection`` from ``view.base`` (see :class:`View`)."""
+        self.views[collection] = view
+
+    def _view_entry(self, view: View, entry: Entry) -> Entry:
+        raw = dumps(view.to_view(entry.obj))
+        return Entry(json.loads(raw), raw)
+
+    def _view_event(self, name: str, view: View, event: Event) -> Event:
+        old = None if event.old is None else view.to_view(event.old)
+        return Event(event.rv, name, event.type, self._view_entry(view, event.entry), old)
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, collection: str, namespace: str, name: str) -> Entry | None:
+        view = self.views.get(collection)
+        if view is not None:
+            entry = self.get(view.base, namespace, name)
+            return None if entry is None else self._view_entry(view, entry)
         return self.collections.get(collection, {}).get((namespace, name))
 
     def entries(self, collection: str, namespace: str | None = None) -> list[Entry]:
-        """Entries sorted by ``(namespace, name)`` (etcd key order); ``None`` = all namespaces."""
+        """Entries in etcd key order (:func:`etcd_key`); ``None`` = all namespaces."""
+        view = self.views.get(collection)
+        if view is not None:
+            return [self._view_entry(view, e) for e in self.entries(view.base, namespace)]
         items = self.collections.get(collection, {})
         with self.lock:
-            keys = sorted(items)
+            keys = sorted(items, key=lambda k: etcd_key(*k))
         if namespace is not None:
             keys = [k for k in keys if k[0] == namespace]
         return [items[k] for k in keys if k in items]
@@ -128,6 +166,12 @@ class Store:
     # -- writes --------------------------------------------------------------------------
     def put(self, collection: str, obj: Obj, *, old: Obj | None) -> Entry:
         """Store ``obj`` with the next resourceVersion (ADDED when ``old`` is None)."""
+        view = self.views.get(collection)
+        if view is not None:
+            base_old = None if old is None else view.from_view(old)
+            stored = self.put(view.base, view.from_view(obj), old=base_old)
+            obj["metadata"]["resourceVersion"] = stored.obj["metadata"]["resourceVersion"]
+            return self._view_entry(view, stored)
         with self.lock:
             self.rv += 1
             obj["metadata"]["resourceVersion"] = str(self.rv)
@@ -141,6 +185,9 @@ class Store:
 
     def remove(self, collection: str, obj: Obj) -> Entry:
         """Delete ``obj`` (a fresh copy of the stored one); the DELETED event carries a new rv."""
+        view = self.views.get(collection)
+        if view is not None:
+            return self._view_entry(view, self.remove(view.base, view.from_view(obj)))
         with self.lock:
             self.rv += 1
             obj["metadata"]["resourceVersion"] = str(self.rv)
@@ -160,6 +207,14 @@ class Store:
             line = watcher.line(event)
             if line is not None:
                 self._deliver(watcher, line)
+        for name, view in self.views.items():
+            if view.base != event.collection or not self.watchers.get(name):
+                continue
+            seen = self._view_event(name, view, event)
+            for watcher in self.watchers[name]:
+                line = watcher.line(seen)
+                if line is not None:
+                    self._deliver(watcher, line)
 
     def _deliver(self, watcher: Watcher, item: bytes | None) -> None:
         if self.loop is None or threading.get_ident() == self.loop_thread:
@@ -176,6 +231,9 @@ class Store:
         """
         if rv < self.compacted_rv:
             raise GoneError(f"too old resource version: {rv} ({self.compacted_rv})")
+        view = self.views.get(collection)
+        if view is not None:
+            return [self._view_event(collection, view, e) for e in self.events_since(view.base, rv)]
         return [e for e in self.history if e.rv > rv and e.collection == collection]
 
     def add_watcher(self, watcher: Watcher) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from tests.fakeapi.errors import ApiError, bad_request, status_body
 from tests.fakeapi.resources import Resource
-from tests.fakeapi.store import Entry, GoneError, Store, Watcher, dumps
+from tests.fakeapi.store import Entry, GoneError, Store, Watcher, dumps, etcd_key
 
 LabelMatch = Callable[[Mapping[str, str]], bool]
 FieldMatch = Callable[[Mapping[str, Any]], bool]
@@ -68,7 +68,9 @@ def list_body(
     next_token = ""
     for entry in store.entries(res.key, namespace):
         meta = entry.obj["metadata"]
-        if start is not None and (meta.get("namespace", ""), meta["name"]) <= start:
+        if start is not None and etcd_key(meta.get("namespace", ""), meta["name"]) <= etcd_key(
+            *start
+        ):
             continue
         if not _match(entry, label, fld):
             continue
@@ -107,6 +109,7 @@ def open_watch(
     fld: FieldMatch | None,
     resource_version: str,
     send_initial_events: bool = False,
+    bookmarks: bool = True,
 ) -> tuple[Watcher, list[bytes]]:
     """Register a watcher and compute the lines it starts with (atomically, on the loop).
 
@@ -119,7 +122,7 @@ def open_watch(
         for entry in store.entries(res.key, namespace):
             if _match(entry, label, fld):
                 initial.append(_event("ADDED", entry.raw))
-        if send_initial_events:
+        if send_initial_events and bookmarks:
             end = {"k8s.io/initial-events-end": "true"}
             initial.append(_event("BOOKMARK", _bookmark(res, store.rv, annotations=end)))
     else:

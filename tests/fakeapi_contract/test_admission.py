@@ -15,6 +15,13 @@ from kubernetes import client
 from tests.fakeapi import FakeApiServer
 from tests.fakeapi_contract.webhook_app import WebhookApp, patch_response, webhook_configuration
 
+pytestmark = pytest.mark.fake_only(
+    "webhook configurations are cluster-wide: on the shared real server they would intercept "
+    "every other test's writes, and kube-apiserver picks them up asynchronously; the real "
+    "admission chain is exercised end to end with deploy/'s webhooks in "
+    "tests/controlplane/test_e2e.py"
+)
+
 SERVICE = {
     "metadata": {"name": "s", "labels": {"app": "web"}},
     "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},

@@ -20,14 +20,18 @@ def test_core_and_group_lists(api: client.ApiClient) -> None:
         g.name: g.preferred_version.group_version
         for g in client.ApisApi(api).get_api_versions().groups
     }
-    assert groups == {
-        "discovery.k8s.io": "discovery.k8s.io/v1",
-        "coordination.k8s.io": "coordination.k8s.io/v1",
-        "events.k8s.io": "events.k8s.io/v1",
-        "admissionregistration.k8s.io": "admissionregistration.k8s.io/v1",
-        "authentication.k8s.io": "authentication.k8s.io/v1",
-        "authorization.k8s.io": "authorization.k8s.io/v1",
-    }
+    # A real server serves many more groups; these are the ones the fake serves.
+    assert (
+        groups.items()
+        >= {
+            "discovery.k8s.io": "discovery.k8s.io/v1",
+            "coordination.k8s.io": "coordination.k8s.io/v1",
+            "events.k8s.io": "events.k8s.io/v1",
+            "admissionregistration.k8s.io": "admissionregistration.k8s.io/v1",
+            "authentication.k8s.io": "authentication.k8s.io/v1",
+            "authorization.k8s.io": "authorization.k8s.io/v1",
+        }.items()
+    )
 
 
 @pytest.mark.parametrize(
@@ -56,11 +60,15 @@ def test_resource_lists(
     code, body = _get(api, path)
     entry = next(r for r in body["resources"] if r["name"] == name)
     assert (code, body["kind"]) == (200, "APIResourceList")
-    assert (entry["namespaced"], entry["verbs"]) == (namespaced, verbs)
+    # A real server also lists deletecollection, which the fake refuses (405).
+    assert entry["namespaced"] is namespaced
+    assert set(verbs) <= set(entry["verbs"])
 
 
 def test_version_and_group_document(api: client.ApiClient) -> None:
-    assert client.VersionApi(api).get_code().git_version.startswith("v1.32")
+    version = client.VersionApi(api).get_code()
+    assert (version.major, version.git_version.split(".")[0]) == ("1", "v1")
+    assert 32 <= int(version.minor) <= 37
     code, group = _get(api, "/apis/coordination.k8s.io")
     assert (code, group["kind"], group["preferredVersion"]["version"]) == (200, "APIGroup", "v1")
 
@@ -75,5 +83,11 @@ def test_openapi_v3_declares_field_validation_on_patch(api: client.ApiClient) ->
         "version": "v1",
         "kind": "Service",
     }
-    assert {"name": "fieldValidation", "in": "query"}.items() <= patch["parameters"][2].items()
+    assert any(
+        {"name": "fieldValidation", "in": "query"}.items() <= p.items() for p in patch["parameters"]
+    )
+
+
+@pytest.mark.fake_only("the fake serves no apps/v1; a real server does")
+def test_openapi_v3_of_an_unserved_group_is_404(api: client.ApiClient) -> None:
     assert _get(api, "/openapi/v3/apis/apps/v1")[0] == 404

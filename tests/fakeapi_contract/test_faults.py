@@ -13,6 +13,11 @@ from kubernetes.client import ApiException
 
 from tests.fakeapi import FakeApiServer
 
+pytestmark = pytest.mark.fake_only(
+    "injected failures, latency, holds, counters, compaction and seeding are the fake's own "
+    "test handles"
+)
+
 
 def _control(api: client.ApiClient, method: str, name: str, body: Any = None) -> Any:
     resp = api.rest_client.pool_manager.request(

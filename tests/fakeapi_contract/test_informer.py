@@ -5,10 +5,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
 from kubernetes import client
 from kubernetes.informer import SharedInformer
 
 from tests.fakeapi import FakeApiServer
+
+pytestmark = pytest.mark.fake_only(
+    "holds the informer's watch, drops it and compacts history on demand (a real server "
+    "compacts on its own schedule)"
+)
 
 
 def _wait(predicate: Callable[[], bool], timeout: float = 10) -> bool:

@@ -9,8 +9,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from tests.fakeapi import FakeApiServer
-from tests.fakeapi_contract.conftest import Kubectl
+from tests.fakeapi_contract.conftest import ApiServer, Kubectl
 from tests.kubectl import kubectl as kubectl_path
 
 MANIFEST = """apiVersion: v1
@@ -32,6 +34,7 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout
 
 
+@pytest.mark.fake_only("seeds objects with their status through the fake's handle")
 def test_get_lists_seeded_kind_cluster(kubectl: Kubectl, fake_api: FakeApiServer) -> None:
     fake_api.seed(files=["tests/data/cases/kind-4node/cluster.yaml"])
     nodes = _ok(kubectl("get", "nodes", "-o", "name")).split()
@@ -47,7 +50,7 @@ def test_get_lists_seeded_kind_cluster(kubectl: Kubectl, fake_api: FakeApiServer
 
 
 def test_apply_creates_then_patches_with_last_applied(
-    kubectl: Kubectl, fake_api: FakeApiServer
+    kubectl: Kubectl, api_server: ApiServer
 ) -> None:
     assert _ok(kubectl("apply", "-f", "-", stdin=MANIFEST)).strip() == "service/web created"
     changed = MANIFEST.replace(
@@ -55,11 +58,10 @@ def test_apply_creates_then_patches_with_last_applied(
     )
     assert _ok(kubectl("apply", "-f", "-", stdin=changed)).strip() == "service/web configured"
     assert _ok(kubectl("apply", "-f", "-", stdin=changed)).strip() == "service/web unchanged"
-    stored = fake_api.get("services", "web", "default")
+    stored = api_server.get("services", "web", api_server.namespace)
     assert stored is not None
     assert [p["port"] for p in stored["spec"]["ports"]] == [80, 443]
     assert "kubectl.kubernetes.io/last-applied-configuration" in stored["metadata"]["annotations"]
-    assert fake_api.requests()["patch services"] == 1
 
 
 def test_apply_strict_validation_rejects_unknown_fields(kubectl: Kubectl) -> None:
@@ -73,6 +75,7 @@ def test_apply_strict_validation_rejects_unknown_fields(kubectl: Kubectl) -> Non
     assert 'strict decoding error: unknown field "spec.bogus"' in result.stderr
 
 
+@pytest.mark.fake_only("pins the fake's refusal of server-side apply (a real server does it)")
 def test_apply_server_side_is_refused_honestly(kubectl: Kubectl) -> None:
     result = kubectl("apply", "--server-side", "-f", "-", stdin=MANIFEST)
     assert result.returncode == 1
@@ -88,9 +91,8 @@ def test_label_and_selector(kubectl: Kubectl) -> None:
     assert _ok(kubectl("get", "services", "-l", "tier!=front", "-o", "name")).split() == []
 
 
-def test_patch_status_subresource(kubectl: Kubectl, fake_api: FakeApiServer) -> None:
+def test_patch_status_subresource(kubectl: Kubectl) -> None:
     _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
-    fake_api.reset_requests()
     patch = json.dumps({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}})
     out = _ok(
         kubectl(
@@ -108,7 +110,6 @@ def test_patch_status_subresource(kubectl: Kubectl, fake_api: FakeApiServer) -> 
     assert json.loads(out)["status"]["loadBalancer"]["ingress"] == [
         {"ip": "192.0.2.10", "ipMode": "VIP"}
     ]
-    assert fake_api.requests().get("patch services/status") == 1
     ingress = _ok(
         kubectl("get", "service", "web", "-o", "jsonpath={.status.loadBalancer.ingress[*].ip}")
     )
@@ -127,10 +128,10 @@ def test_patch_invalid_class_change_shows_field_error(kubectl: Kubectl) -> None:
     )
 
 
-def test_delete(kubectl: Kubectl, fake_api: FakeApiServer) -> None:
+def test_delete(kubectl: Kubectl, api_server: ApiServer) -> None:
     _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
     assert _ok(kubectl("delete", "service", "web")).strip() == 'service "web" deleted'
-    assert fake_api.get("services", "web", "default") is None
+    assert api_server.get("services", "web", api_server.namespace) is None
     missing = kubectl("delete", "service", "web")
     assert missing.returncode == 1
     assert 'services "web" not found' in missing.stderr
@@ -148,13 +149,14 @@ def _read_until(proc: subprocess.Popen[str], want: int, deadline: float) -> list
 
 
 @contextlib.contextmanager
-def _watching(fake_api: FakeApiServer, cache: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
+def _watching(api_server: ApiServer, cache: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
     """``kubectl get services -w <args>`` in the background, terminated on exit."""
     proc = subprocess.Popen(
         [
             kubectl_path(),
-            f"--kubeconfig={fake_api.kubeconfig_path}",
+            f"--kubeconfig={api_server.kubeconfig_path}",
             f"--cache-dir={cache}",
+            f"--namespace={api_server.namespace}",
             "get",
             "services",
             "-w",
@@ -171,12 +173,10 @@ def _watching(fake_api: FakeApiServer, cache: Path, *args: str) -> Iterator[subp
         proc.communicate(timeout=5)
 
 
-def test_get_watch_streams_changes(
-    kubectl: Kubectl, fake_api: FakeApiServer, tmp_path: Path
-) -> None:
+def test_get_watch_streams_changes(kubectl: Kubectl, api_server: ApiServer, tmp_path: Path) -> None:
     _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
     template = 'jsonpath={.type} {.object.metadata.name} {.object.metadata.labels.tier}{"\\n"}'
-    with _watching(fake_api, tmp_path / "cache", "--output-watch-events", "-o", template) as proc:
+    with _watching(api_server, tmp_path / "cache", "--output-watch-events", "-o", template) as proc:
         deadline = time.monotonic() + 15
         first = _read_until(proc, 1, deadline)
         _ok(kubectl("label", "service", "web", "tier=front"))
@@ -185,6 +185,7 @@ def test_get_watch_streams_changes(
     assert first + rest == ["ADDED web", "MODIFIED web front", "DELETED web front"]
 
 
+@pytest.mark.fake_only("seeds Nodes with their status through the fake's handle")
 def test_get_prints_server_side_tables(kubectl: Kubectl, fake_api: FakeApiServer) -> None:
     fake_api.seed(files=["tests/data/cases/kind-4node/cluster.yaml"])
     nodes = [line.split() for line in _ok(kubectl("get", "nodes")).splitlines()]
@@ -194,25 +195,83 @@ def test_get_prints_server_side_tables(kubectl: Kubectl, fake_api: FakeApiServer
     patch = json.dumps({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}})
     _ok(
         kubectl(
-            "patch", "service", "nginx-cluster", "--subresource=status", "--type=merge", "-p", patch
+            "--namespace=default",
+            "patch",
+            "service",
+            "nginx-cluster",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            patch,
         )
     )
-    one = [line.split() for line in _ok(kubectl("get", "service", "nginx-cluster")).splitlines()]
+    one = [
+        line.split()
+        for line in _ok(
+            kubectl("--namespace=default", "get", "service", "nginx-cluster")
+        ).splitlines()
+    ]
     assert one[0] == ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"]
     assert one[1][:2] == ["nginx-cluster", "LoadBalancer"]
     assert one[1][3] == "192.0.2.10"
-    pending = _ok(kubectl("get", "service", "nginx-local", "--no-headers")).split()
+    pending = _ok(
+        kubectl("--namespace=default", "get", "service", "nginx-local", "--no-headers")
+    ).split()
     assert pending[3] == "<pending>"
 
 
 def test_get_watch_human_output_prints_updated_rows(
-    kubectl: Kubectl, fake_api: FakeApiServer, tmp_path: Path
+    kubectl: Kubectl, api_server: ApiServer, tmp_path: Path
 ) -> None:
     _ok(kubectl("apply", "-f", "-", stdin=MANIFEST))
-    with _watching(fake_api, tmp_path / "cache", "--no-headers") as proc:
+    with _watching(api_server, tmp_path / "cache", "--no-headers") as proc:
         deadline = time.monotonic() + 15
         first = _read_until(proc, 1, deadline)
         patch = json.dumps({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.20"}]}}})
         _ok(kubectl("patch", "service", "web", "--subresource=status", "--type=merge", "-p", patch))
         second = _read_until(proc, 1, deadline)
     assert [line.split()[3] for line in first + second] == ["<pending>", "192.0.2.20"]
+
+
+def test_create_namespace(kubectl: Kubectl, api_server: ApiServer) -> None:
+    """What our error message tells a user to run: kubectl asks for protobuf first and JSON
+    second (``Accept: application/vnd.kubernetes.protobuf,application/json``)."""
+    name = f"{api_server.namespace}-x"
+    if api_server.kind == "fake":
+        # The fake decodes no protobuf: it says so (415) rather than guess.
+        refused = kubectl("create", "namespace", name)
+        assert refused.returncode == 1
+        assert "(UnsupportedMediaType): the fake API only accepts JSON" in refused.stderr
+        assert "kubectl create -f" in refused.stderr
+        return
+    assert _ok(kubectl("create", "namespace", name)).strip() == f"namespace/{name} created"
+    again = kubectl("create", "namespace", name)
+    assert again.returncode == 1
+    assert f'namespaces "{name}" already exists' in again.stderr
+
+
+LIST = """apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: one}
+  spec: {ports: [{port: 80}]}
+- apiVersion: v1
+  kind: Secret
+  metadata: {name: two}
+  data: {k: dg==}
+"""
+
+
+def test_apply_a_list(kubectl: Kubectl, api_server: ApiServer) -> None:
+    """A v1 List (what ``kubectl get -o yaml`` prints) goes in with ``kubectl apply -f``."""
+    assert _ok(kubectl("apply", "-f", "-", stdin=LIST)).split("\n")[:2] == [
+        "service/one created",
+        "secret/two created",
+    ]
+    assert _ok(kubectl("apply", "-f", "-", stdin=LIST)).split("\n")[:2] == [
+        "service/one unchanged",
+        "secret/two unchanged",
+    ]
+    assert api_server.get("secrets", "two", api_server.namespace) is not None

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from kubernetes import client
 
 from tests.fakeapi import FakeApiServer
+
+pytestmark = pytest.mark.fake_only(
+    "the fake answers TokenReview/SubjectAccessReview from configured tokens and rules; on a "
+    "real server both are decided by its authenticators and RBAC (tests/controlplane/"
+    "test_e2e_auth.py runs /metrics and /preview against them)"
+)
 
 
 def test_token_review_answers_configured_tokens(

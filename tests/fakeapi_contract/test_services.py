@@ -9,15 +9,17 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from tests.fakeapi import FakeApiServer
+from tests.fakeapi_contract.conftest import ApiServer
 
 LB = {"type": "LoadBalancer", "ports": [{"port": 80}]}
 
 
-def _create(core: client.CoreV1Api, spec: dict[str, Any], name: str = "s") -> dict[str, Any]:
-    core.create_namespaced_service("default", {"metadata": {"name": name}, "spec": spec})
+def _create(
+    core: client.CoreV1Api, ns: str, spec: dict[str, Any], name: str = "s"
+) -> dict[str, Any]:
+    core.create_namespaced_service(ns, {"metadata": {"name": name}, "spec": spec})
     stored: dict[str, Any] = json.loads(
-        core.read_namespaced_service(name, "default", _preload_content=False).data
+        core.read_namespaced_service(name, ns, _preload_content=False).data
     )
     return stored
 
@@ -43,15 +45,20 @@ def _create(core: client.CoreV1Api, spec: dict[str, Any], name: str = "s") -> di
         ({"type": "NodePort", "ports": [{"port": 80}]}, {"externalTrafficPolicy": "Cluster"}),
         (
             {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]},
-            {"ipFamilies": ["IPv4", "IPv6"]},
+            {"ipFamilies": ["IPv4"], "ipFamilyPolicy": "PreferDualStack"},
         ),
     ],
-    ids=["LoadBalancer defaults", "ClusterIP defaults", "NodePort defaults", "dual-stack families"],
+    ids=[
+        "LoadBalancer defaults",
+        "ClusterIP defaults",
+        "NodePort defaults",
+        "PreferDualStack on a single-stack cluster",
+    ],
 )
 def test_service_defaults(
-    core: client.CoreV1Api, spec: dict[str, Any], expected: dict[str, Any]
+    core: client.CoreV1Api, spec: dict[str, Any], expected: dict[str, Any], ns: str
 ) -> None:
-    stored = _create(core, spec)["spec"]
+    stored = _create(core, ns, spec)["spec"]
     assert {k: stored.get(k) for k in expected} == expected
     assert (
         stored["clusterIP"].startswith("10.96.") and stored["clusterIPs"][0] == stored["clusterIP"]
@@ -59,15 +66,17 @@ def test_service_defaults(
     assert stored["ports"][0]["protocol"] == "TCP" and stored["ports"][0]["targetPort"] == 80
 
 
-def test_cluster_ip_services_get_no_external_traffic_policy(core: client.CoreV1Api) -> None:
-    assert "externalTrafficPolicy" not in _create(core, {"ports": [{"port": 80}]})["spec"]
+def test_cluster_ip_services_get_no_external_traffic_policy(
+    core: client.CoreV1Api, ns: str
+) -> None:
+    assert "externalTrafficPolicy" not in _create(core, ns, {"ports": [{"port": 80}]})["spec"]
 
 
-def test_ip_mode_defaults_to_vip_on_ingress_with_ip(core: client.CoreV1Api) -> None:
-    _create(core, LB)
+def test_ip_mode_defaults_to_vip_on_ingress_with_ip(core: client.CoreV1Api, ns: str) -> None:
+    _create(core, ns, LB)
     after = core.patch_namespaced_service_status(
         "s",
-        "default",
+        ns,
         {
             "status": {
                 "loadBalancer": {
@@ -95,12 +104,12 @@ def test_ip_mode_defaults_to_vip_on_ingress_with_ip(core: client.CoreV1Api) -> N
         (
             [{"ip": "not-an-ip"}],
             'Service "s" is invalid: status.loadBalancer.ingress[0].ip: Invalid value: '
-            '"not-an-ip": must be a valid IP address',
+            '"not-an-ip": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)',
         ),
         (
             [{"hostname": "x", "ipMode": "VIP"}],
             'Service "s" is invalid: status.loadBalancer.ingress[0].ipMode: Forbidden: may not be '
-            "specified when `ip` is not",
+            "specified when `ip` is not set",
         ),
         (
             [{"ip": "192.0.2.1", "ipMode": "Bogus"}],
@@ -111,16 +120,16 @@ def test_ip_mode_defaults_to_vip_on_ingress_with_ip(core: client.CoreV1Api) -> N
     ids=["ingress ip not an IP", "ipMode without ip", "unknown ipMode"],
 )
 def test_garbage_status_is_422_and_not_stored(
-    core: client.CoreV1Api, ingress: list[dict[str, str]], message: str
+    core: client.CoreV1Api, ingress: list[dict[str, str]], message: str, ns: str
 ) -> None:
-    _create(core, LB)
+    _create(core, ns, LB)
     with pytest.raises(ApiException) as err:
         core.patch_namespaced_service_status(
-            "s", "default", {"status": {"loadBalancer": {"ingress": ingress}}}
+            "s", ns, {"status": {"loadBalancer": {"ingress": ingress}}}
         )
     body = json.loads(err.value.body)
     assert (err.value.status, body["reason"], body["message"]) == (422, "Invalid", message)
-    assert core.read_namespaced_service_status("s", "default").status.load_balancer.ingress is None
+    assert core.read_namespaced_service_status("s", ns).status.load_balancer.ingress is None
 
 
 @pytest.mark.parametrize(
@@ -141,7 +150,7 @@ def test_garbage_status_is_422_and_not_stored(
         (
             {**LB, "loadBalancerClass": "io.cilium/node"},
             {"spec": {"loadBalancerClass": None}},
-            'Service "s" is invalid: spec.loadBalancerClass: Invalid value: "null": '
+            'Service "s" is invalid: spec.loadBalancerClass: Invalid value: null: '
             "may not change once set",
         ),
         (
@@ -159,11 +168,11 @@ def test_garbage_status_is_422_and_not_stored(
     ],
 )
 def test_load_balancer_class_rules(
-    core: client.CoreV1Api, create: dict[str, Any], patch: dict[str, Any], message: str
+    core: client.CoreV1Api, create: dict[str, Any], patch: dict[str, Any], message: str, ns: str
 ) -> None:
-    _create(core, create)
+    _create(core, ns, create)
     with pytest.raises(ApiException) as err:
-        core.patch_namespaced_service("s", "default", patch)
+        core.patch_namespaced_service("s", ns, patch)
     body = json.loads(err.value.body)
     assert (err.value.status, body["reason"], body["message"]) == (422, "Invalid", message)
     assert body["details"]["causes"][0]["field"] == "spec.loadBalancerClass"
@@ -171,18 +180,19 @@ def test_load_balancer_class_rules(
 
 def test_class_can_be_set_on_the_update_that_switches_type_to_load_balancer(
     core: client.CoreV1Api,
+    ns: str,
 ) -> None:
-    _create(core, {"ports": [{"port": 80}]})
+    _create(core, ns, {"ports": [{"port": 80}]})
     after = core.patch_namespaced_service(
-        "s", "default", {"spec": {"type": "LoadBalancer", "loadBalancerClass": "io.cilium/node"}}
+        "s", ns, {"spec": {"type": "LoadBalancer", "loadBalancerClass": "io.cilium/node"}}
     )
     assert after.spec.load_balancer_class == "io.cilium/node"
 
 
-def test_class_on_create_with_bad_format_is_422(core: client.CoreV1Api) -> None:
+def test_class_on_create_with_bad_format_is_422(core: client.CoreV1Api, ns: str) -> None:
     with pytest.raises(ApiException) as err:
         core.create_namespaced_service(
-            "default", {"metadata": {"name": "s"}, "spec": {**LB, "loadBalancerClass": "-bad-"}}
+            ns, {"metadata": {"name": "s"}, "spec": {**LB, "loadBalancerClass": "-bad-"}}
         )
     message = json.loads(err.value.body)["message"]
     assert err.value.status == 422
@@ -193,14 +203,14 @@ def test_class_on_create_with_bad_format_is_422(core: client.CoreV1Api) -> None:
 
 
 def test_switching_away_from_load_balancer_clears_class_and_status(
-    core: client.CoreV1Api, fake_api: FakeApiServer
+    core: client.CoreV1Api, api_server: ApiServer, ns: str
 ) -> None:
-    _create(core, {**LB, "loadBalancerClass": "io.cilium/node"})
+    _create(core, ns, {**LB, "loadBalancerClass": "io.cilium/node"})
     core.patch_namespaced_service_status(
-        "s", "default", {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}}
+        "s", ns, {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}}
     )
-    core.patch_namespaced_service("s", "default", {"spec": {"type": "ClusterIP"}})
-    stored = fake_api.get("services", "s", "default")
+    core.patch_namespaced_service("s", ns, {"spec": {"type": "ClusterIP"}})
+    stored = api_server.get("services", "s", ns)
     assert stored is not None
     assert "loadBalancerClass" not in stored["spec"]
     assert "externalTrafficPolicy" not in stored["spec"]
@@ -210,18 +220,30 @@ def test_switching_away_from_load_balancer_clears_class_and_status(
 
 def test_cluster_ip_and_node_ports_survive_an_update_that_omits_them(
     core: client.CoreV1Api,
+    ns: str,
 ) -> None:
-    first = _create(core, LB)["spec"]
+    first = _create(core, ns, LB)["spec"]
     body = {"metadata": {"name": "s"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}
-    after = core.replace_namespaced_service("s", "default", body).spec
+    after = core.replace_namespaced_service("s", ns, body).spec
     assert after.cluster_ip == first["clusterIP"]
     assert after.ports[0].node_port == first["ports"][0]["nodePort"]
 
 
-def test_service_without_ports_is_422_required(core: client.CoreV1Api) -> None:
+def test_require_dual_stack_on_a_single_stack_cluster_is_422(
+    core: client.CoreV1Api, ns: str
+) -> None:
+    with pytest.raises(ApiException) as err:
+        _create(core, ns, {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]})
+    assert json.loads(err.value.body)["message"] == (
+        'Service "s" is invalid: spec.ipFamilyPolicy: Invalid value: "RequireDualStack": this '
+        "cluster is not configured for dual-stack services"
+    )
+
+
+def test_service_without_ports_is_422_required(core: client.CoreV1Api, ns: str) -> None:
     with pytest.raises(ApiException) as err:
         core.create_namespaced_service(
-            "default", {"metadata": {"name": "s"}, "spec": {"type": "ClusterIP"}}
+            ns, {"metadata": {"name": "s"}, "spec": {"type": "ClusterIP"}}
         )
     assert (
         json.loads(err.value.body)["message"]
