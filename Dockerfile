@@ -1,23 +1,32 @@
-# node-ipam-lb: `docker build -t localhost/node-ipam-lb:0.1.0 .` (deploy/README.md).
-# Two stages: the build stage installs into a virtualenv; the final stage copies only that
-# virtualenv onto a fresh slim base, runs as a non-root numeric user and has no pip.
+# node-ipam-lb: `docker build -t node-ipam-lb:0.1.0 .` (deploy/README.md); the tag is
+# app/__init__.py __version__. Two stages: the build stage installs the locked
+# dependencies (deploy/image/requirements.lock: every version pinned, every file checked
+# against its sha256) into a virtualenv and builds the app's wheel with a locked build
+# backend; the final stage copies only that virtualenv onto a fresh slim base, runs as a
+# non-root numeric user and has no pip. deploy/image/verify.sh checks the same steps
+# without a container engine.
+# The base image is a build argument, e.g. a mirror or a digest-pinned reference:
+#   --build-arg PYTHON_IMAGE=registry.example.org/python:3.11-slim-bookworm@sha256:...
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PATH=/opt/venv/bin:$PATH
-RUN python -m venv /opt/venv
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+# /opt/venv (what ships) gets no pip and no bundled setuptools: it holds the lock's pins
+# and the app, nothing else. /opt/build (discarded) has the pip that installs into it.
+RUN python -m venv --without-pip /opt/venv && python -m venv /opt/build
 WORKDIR /src
-# Dependencies in their own layer: rebuilt only when pyproject.toml changes.
-COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
- && pip install -r requirements.txt
-# The package itself (no dependencies left to resolve).
-COPY README.md ./
+# Dependencies in their own layer: rebuilt only when a lock file changes. --no-deps:
+# nothing outside the lock is resolved; --require-hashes: nothing unchecked is installed.
+COPY deploy/image/requirements.lock deploy/image/build-requirements.lock ./
+RUN /opt/build/bin/pip --python /opt/venv/bin/python install --require-hashes --no-deps -r requirements.lock \
+ && /opt/build/bin/pip install --require-hashes --no-deps -r build-requirements.lock
+# The package itself, built with the locked setuptools (no build isolation, so nothing is
+# downloaded), then installed without dependencies (all are in the lock).
+COPY pyproject.toml README.md ./
 COPY app ./app
-RUN pip install --no-deps . \
- && pip uninstall -y pip
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/dist . \
+ && /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps /tmp/dist/*.whl
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="node-ipam-lb" \

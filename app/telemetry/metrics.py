@@ -8,6 +8,8 @@ have no ``*_created`` series; the ``process_*`` family is registered here too.
 
 from __future__ import annotations
 
+import platform
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -16,6 +18,8 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
+
+from app import __version__
 
 # No ``*_created`` sample per counter and histogram: client_golang (controller-runtime's
 # metrics) has none in the text format, and each would double the series per family.
@@ -27,6 +31,17 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 PROCESS = ProcessCollector(registry=REGISTRY)
 """``process_*`` (CPU seconds, resident and virtual memory, open and max file descriptors,
 start time), as client_golang's process collector exposes them (Linux ``/proc``)."""
+
+BUILD_INFO = Gauge(
+    "node_ipam_lb_build_info",
+    "Always 1; the labels say which build runs: version (app.__version__, also the image tag"
+    " and the Helm chart's appVersion) and the Python version.",
+    ["version", "python"],
+    registry=REGISTRY,
+)
+"""``<name>_build_info`` set to 1, the convention of client_golang's ``go_build_info`` and
+kube-state-metrics: join on it to label any series with the running version."""
+BUILD_INFO.labels(version=__version__, python=platform.python_version()).set(1)
 
 CONTROLLER = "service-nodeipam"
 """Value of the ``controller`` label (controller-runtime labels metrics by controller name)."""

@@ -26,7 +26,8 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    """Build or find the binaries; print their paths and versions."""
+    """Build or find the binaries (kube-apiserver, etcd, then helm); print their paths and
+    versions."""
     try:
         binaries = builder.build(interval=args.interval)
     except builder.ControlPlaneUnavailable as err:
@@ -35,6 +36,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     print(f"cache: {binaries.directory}")
     for path in (binaries.kube_apiserver, binaries.etcd):
         print(f"{path}: {builder.binary_version(path)}")
+    try:
+        helm = builder.build_helm(interval=args.interval)
+    except builder.ControlPlaneUnavailable as err:
+        print(f"controlplane: {err}", file=sys.stderr)
+        return 2
+    print(f"{helm}: {builder.binary_version(helm, 'version', '--short')}")
     return 0
 
 
@@ -87,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="python -m tests.controlplane", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_build = sub.add_parser("build", help="build (or find cached) kube-apiserver and etcd")
+    p_build = sub.add_parser("build", help="build (or find cached) kube-apiserver, etcd and helm")
     p_build.add_argument(
         "--interval", type=float, default=15.0, help="seconds between progress lines"
     )

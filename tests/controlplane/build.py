@@ -32,8 +32,10 @@ from typing import IO
 GO_DIR = Path(__file__).resolve().parent / "go"
 KUBE_MODULE = GO_DIR / "kube"
 ETCD_MODULE = GO_DIR / "etcd"
+HELM_MODULE = GO_DIR / "helm"
 KUBE_PACKAGE = "k8s.io/kubernetes/cmd/kube-apiserver"
 ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"  # the module's root package is etcd's main
+HELM_PACKAGE = "helm.sh/helm/v3/cmd/helm"
 
 CACHE_ENV = "NODE_IPAM_CONTROL_PLANE_CACHE"
 STANDARD_GO = "/usr/local/go/bin/go"
@@ -87,6 +89,29 @@ def etcd_version() -> str:
     return _require_version(ETCD_MODULE / "go.mod", "go.etcd.io/etcd/server/v3")
 
 
+def helm_version() -> str:
+    """The pinned ``helm.sh/helm/v3`` version, e.g. ``v3.19.5``."""
+    return _require_version(HELM_MODULE / "go.mod", "helm.sh/helm/v3")
+
+
+def helm_ldflags(version: str) -> list[str]:
+    """The ``-X`` flags of helm's own Makefile (v3.19): its version, and the Kubernetes
+    version that ``helm lint``/``template`` assume (``.Capabilities.KubeVersion``): the
+    client-go minor + 1 major, as the Makefile computes it (v0.34.2 -> 1.34)."""
+    client_go = _require_version(HELM_MODULE / "go.mod", "k8s.io/client-go")
+    match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", client_go)
+    if match is None:
+        raise RuntimeError(f"unexpected k8s.io/client-go version {client_go!r}")
+    major, minor = str(int(match.group(1)) + 1), match.group(2)
+    flags = [
+        f"-X helm.sh/helm/v3/internal/version.version={version}",
+        "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+    ]
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {pkg}.k8sVersionMajor={major}", f"-X {pkg}.k8sVersionMinor={minor}"]
+    return flags
+
+
 def kube_ldflags(version: str) -> list[str]:
     """``-X`` flags that give the binary its real version (``/version`` says v0.0.0 without)."""
     match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", version)
@@ -128,6 +153,27 @@ def cache_key() -> str:
 def cache_dir() -> Path:
     """Directory holding the binaries for the pinned versions (may not exist yet)."""
     return cache_root() / cache_key()
+
+
+def helm_cache_key() -> str:
+    """``helm-<version>-<hash>``: its own key (a helm bump does not rebuild the control
+    plane, nor the other way round); the hash covers the helm module's go.mod and go.sum
+    and the build recipe."""
+    digest = hashlib.sha256(f"recipe={RECIPE} {GO_BUILD_FLAGS} {BASE_LDFLAGS}\n".encode())
+    for name in ("go.mod", "go.sum"):
+        digest.update(f"helm/{name}\n".encode())
+        digest.update((HELM_MODULE / name).read_bytes())
+    return f"helm-{helm_version()}-{digest.hexdigest()[:12]}"
+
+
+def find_helm() -> Path | None:
+    """The cached ``helm`` binary for the pinned version, or ``None`` when it is not built
+    (a directory without its ``build-info.json`` stamp does not count)."""
+    directory = cache_root() / helm_cache_key()
+    helm = directory / "helm"
+    if (directory / STAMP).is_file() and os.access(helm, os.X_OK):
+        return helm
+    return None
 
 
 def find_binaries() -> Binaries | None:
@@ -276,11 +322,16 @@ def _go_build(
     report(final=True)
 
 
-def binary_version(path: Path) -> str:
+def binary_version(path: Path, *args: str) -> str:
     """First line of ``<binary> --version`` (kube-apiserver: ``Kubernetes v1.35.4``;
-    etcd: ``etcd Version: 3.6.16``)."""
+    etcd: ``etcd Version: 3.6.16``), or of ``<binary> ARGS`` (helm: ``version --short``,
+    ``v3.19.5``)."""
     result = subprocess.run(
-        [str(path), "--version"], capture_output=True, text=True, timeout=60, check=False
+        [str(path), *(args or ("--version",))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     lines = (result.stdout or result.stderr).strip().splitlines()
     return lines[0].strip() if lines else f"(no output, exit {result.returncode})"
@@ -296,6 +347,64 @@ def _lock(root: Path, key: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_helm(*, progress: Progress = _stderr_progress, interval: float = 15.0) -> Path:
+    """Return the cached ``helm`` binary, building it first when it is missing (same
+    flags, locking and staging as :func:`build`; output in ``<cache>/<key>.build.log``).
+
+    Raises :class:`GoNotFound` or :class:`BuildFailed` as :func:`build` does.
+    """
+    found = find_helm()
+    if found is not None:
+        return found
+    root, key = cache_root(), helm_cache_key()
+    with _lock(root, key):
+        found = find_helm()
+        if found is not None:
+            return found
+        go = find_go()
+        if go is None:
+            raise GoNotFound(
+                f"go not found on PATH; it is needed once to build helm into {root / key}"
+            )
+        version = helm_version()
+        directory, staging = root / key, root / f".{key}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        log_path = root / f"{key}.build.log"
+        progress(f"building helm {version} into {directory}; full go output: {log_path}")
+        start = time.monotonic()
+        with open(log_path, "w") as log:
+            _go_build(
+                go,
+                name="helm",
+                module=HELM_MODULE,
+                package=HELM_PACKAGE,
+                output=staging / "helm",
+                ldflags=helm_ldflags(version),
+                log=log,
+                progress=progress,
+                interval=interval,
+            )
+        elapsed = time.monotonic() - start
+        go_version = subprocess.run(
+            [go, "version"], capture_output=True, text=True, env=go_env(), check=False
+        ).stdout.strip()
+        info = {
+            "helm": version,
+            "go": go_version,
+            "recipe": RECIPE,
+            "build_seconds": round(elapsed, 1),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (staging / STAMP).write_text(json.dumps(info, indent=2) + "\n")
+        shutil.rmtree(directory, ignore_errors=True)
+        staging.rename(directory)
+        progress(f"built helm in {_format_elapsed(elapsed)}")
+    found = find_helm()
+    assert found is not None
+    return found
 
 
 def build(

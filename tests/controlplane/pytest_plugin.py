@@ -1,6 +1,7 @@
-"""pytest plugin (registered in ``tests/conftest.py``): the session fixture ``control_plane``.
+"""pytest plugin (registered in ``tests/conftest.py``): the session fixture ``control_plane``,
+the module fixture ``own_control_plane`` and the session fixture ``helm``.
 
-Tests that use the fixture get the ``controlplane`` marker, so ``-m "not controlplane"``
+Tests that use one of them get the ``controlplane`` marker, so ``-m "not controlplane"``
 leaves the tier out. When such tests are collected and the binaries are not cached, they
 are built once after collection — outside every test's timeout — with progress on the
 terminal. Without ``go`` (and without cached binaries) the tests are skipped with one
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,37 +20,46 @@ from tests.controlplane.build import (
     Binaries,
     ControlPlaneUnavailable,
     build,
+    build_helm,
     find_binaries,
     find_go,
+    find_helm,
 )
 from tests.controlplane.plane import ControlPlane
 
 FIXTURE = "control_plane"
+PLANE_FIXTURES = (FIXTURE, "own_control_plane")
+HELM_FIXTURE = "helm"
 REQUIRE_ENV = "NODE_IPAM_REQUIRE_CONTROL_PLANE"
 NO_GO = "go not found; run python -m tests.controlplane build"
 _BUILD_ERROR = pytest.StashKey[str]()
+_HELM_BUILD_ERROR = pytest.StashKey[str]()
 
 
 def _uses_control_plane(item: pytest.Item) -> bool:
-    """The test asks for the fixture, or is marked (e.g. a ``real`` parameter that gets the
-    fixture through ``request.getfixturevalue``)."""
-    return FIXTURE in getattr(item, "fixturenames", ()) or (
+    """The test asks for a control-plane fixture, or is marked (e.g. a ``real`` parameter
+    that gets the fixture through ``request.getfixturevalue``)."""
+    return any(name in getattr(item, "fixturenames", ()) for name in PLANE_FIXTURES) or (
         item.get_closest_marker("controlplane") is not None
     )
 
 
+def _uses_helm(item: pytest.Item) -> bool:
+    return HELM_FIXTURE in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that uses the fixture ``controlplane``."""
+    """Mark every test that uses a control plane or the Go-built helm ``controlplane``."""
     for item in items:
-        if _uses_control_plane(item):
+        if _uses_control_plane(item) or _uses_helm(item):
             item.add_marker(pytest.mark.controlplane)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the binaries before any test runs, if a selected test needs them."""
-    if not any(_uses_control_plane(item) for item in session.items):
-        return
-    if find_binaries() is not None or find_go() is None:
+    plane = any(_uses_control_plane(item) for item in session.items)
+    helm = any(_uses_helm(item) for item in session.items)
+    if find_go() is None:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
 
@@ -56,10 +67,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if reporter is not None:
             reporter.write_line(f"controlplane: {message}")
 
-    try:
-        build(progress=progress, interval=60)
-    except ControlPlaneUnavailable as err:
-        session.config.stash[_BUILD_ERROR] = str(err)
+    if plane and find_binaries() is None:
+        try:
+            build(progress=progress, interval=60)
+        except ControlPlaneUnavailable as err:
+            session.config.stash[_BUILD_ERROR] = str(err)
+    if helm and find_helm() is None:
+        try:
+            build_helm(progress=progress, interval=60)
+        except ControlPlaneUnavailable as err:
+            session.config.stash[_HELM_BUILD_ERROR] = str(err)
 
 
 def _unavailable(reason: str) -> None:
@@ -69,12 +86,8 @@ def _unavailable(reason: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
-def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    """One etcd + kube-apiserver for the whole session (``.url``, ``.kubeconfig_path``,
-    ``.kubectl(...)``, ``.api_client()``, ``.token_for(ns, sa)``, ``.kubeconfig_for(user,
-    groups)``; see ``tests/controlplane/README.md``). Tests share it: use your own
-    namespaces and names."""
+def _binaries(request: pytest.FixtureRequest) -> Binaries:
+    """The cached binaries; skips (or fails, see module doc) the test when unavailable."""
     binaries: Binaries | None = find_binaries()
     if binaries is None:
         error = request.config.stash.get(_BUILD_ERROR, None)
@@ -86,5 +99,46 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
             binaries = build(interval=60)
         except ControlPlaneUnavailable as err:
             _unavailable(str(err))
-    with ControlPlane(binaries) as plane:
+    assert binaries is not None
+    return binaries
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """One etcd + kube-apiserver for the whole session (``.url``, ``.kubeconfig_path``,
+    ``.kubectl(...)``, ``.api_client()``, ``.token_for(ns, sa)``, ``.kubeconfig_for(user,
+    groups)``; see ``tests/controlplane/README.md``). Tests share it: use your own
+    namespaces and names."""
+    with ControlPlane(_binaries(request)) as plane:
         yield plane
+
+
+@pytest.fixture(scope="module")
+def own_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A control plane for one test module alone (~5-9 s to start): for tests that install
+    the product's fixed names (namespace ``node-ipam-lb``, the cluster-scoped RBAC and
+    webhook configurations) or uninstall them, which would collide with other tests on
+    the shared plane; a deleted namespace also stays ``Terminating`` for good there (no
+    namespace controller), so its name could never be installed again."""
+    with ControlPlane(_binaries(request)) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def helm(request: pytest.FixtureRequest) -> Path:
+    """Path of the ``helm`` binary built from the pinned module (``go/helm/``); skips (or
+    fails under ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1``) when it is not cached and cannot
+    be built."""
+    found = find_helm()
+    if found is not None:
+        return found
+    error = request.config.stash.get(_HELM_BUILD_ERROR, None)
+    if error is not None:
+        _unavailable(error)
+    if find_go() is None:
+        _unavailable(NO_GO)
+    try:
+        return build_helm(interval=60)
+    except ControlPlaneUnavailable as err:
+        _unavailable(str(err))
+    raise AssertionError("unreachable")  # _unavailable always raises

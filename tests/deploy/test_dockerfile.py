@@ -44,18 +44,40 @@ def test_base_image_is_an_official_slim_python_image(parser: DockerfileParser) -
         assert re.fullmatch(r"python:3\.1[1-9]-slim(-\w+)?(@sha256:[0-9a-f]{64})?", image), image
 
 
-def test_dependencies_install_in_their_own_layer_before_the_code_is_copied(
+def test_dependencies_install_from_the_lock_in_their_own_layer_before_the_code_is_copied(
     parser: DockerfileParser,
 ) -> None:
     build = stages(parser)[0]
     lines = [f"{i['instruction']} {i['value']}" for i in build]
     deps = next(
-        n for n, line in enumerate(lines) if "requirements.txt" in line and "pip install" in line
+        n
+        for n, line in enumerate(lines)
+        if "requirements.lock" in line and re.search(r"\bpip\b.*\binstall\b", line)
     )
     code = next(n for n, line in enumerate(lines) if line.startswith("COPY app"))
     copied_before_deps = [line for line in lines[:deps] if line.startswith("COPY")]
-    assert copied_before_deps == ["COPY pyproject.toml ./"]
+    assert copied_before_deps == [
+        "COPY deploy/image/requirements.lock deploy/image/build-requirements.lock ./"
+    ]
     assert deps < code
+    # Every pip install: only hash-checked locked files, or the app's own wheel without
+    # dependencies; nothing is resolved or downloaded unchecked. What ships (/opt/venv) is
+    # made without pip, so it holds nothing but the lock and the app.
+    assert "python -m venv --without-pip /opt/venv" in " ".join(lines)
+    installs = [
+        part.strip()
+        for i in build
+        if i["instruction"] == "RUN"
+        for part in i["value"].split("&&")
+        if re.search(r"\bpip\b.*\b(install|wheel)\b", part)
+    ]
+    assert len(installs) == 4, installs
+    for command in installs:
+        assert "--no-deps" in command, command
+        if " -r " in command:
+            assert "--require-hashes" in command, command
+        else:
+            assert "--no-build-isolation" in command or "/tmp/dist/" in command, command
 
 
 def test_final_stage_has_no_build_tools_and_runs_as_a_numeric_non_root_user(
@@ -106,7 +128,13 @@ def test_build_context_holds_only_what_the_image_needs() -> None:
                 included = negate
         return included
 
-    for needed in ("pyproject.toml", "README.md", "app/cli.py"):
+    for needed in (
+        "pyproject.toml",
+        "README.md",
+        "app/cli.py",
+        "deploy/image/requirements.lock",
+        "deploy/image/build-requirements.lock",
+    ):
         assert sent(needed), needed
     for excluded in (".venv/bin/python", ".git/HEAD", "tests/conftest.py", "deploy/README.md"):
         assert not sent(excluded), excluded

@@ -243,9 +243,9 @@ class TestCertManagerOverlay:
         for kind in ("Role", "ClusterRole"):
             for role in of_kind(objects, kind):
                 for rule in role["rules"]:
-                    assert "secrets" not in rule["resources"], role["metadata"]["name"]
-                    assert not {"mutatingwebhookconfigurations"} & set(rule["resources"])
-                    assert not {"validatingwebhookconfigurations"} & set(rule["resources"])
+                    assert "secrets" not in rule.get("resources", []), role["metadata"]["name"]
+                    assert not {"mutatingwebhookconfigurations"} & set(rule.get("resources", []))
+                    assert not {"validatingwebhookconfigurations"} & set(rule.get("resources", []))
         bound = {
             b["roleRef"]["name"]
             for k in ("RoleBinding", "ClusterRoleBinding")

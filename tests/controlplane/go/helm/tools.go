@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins the helm command this module builds so `go mod tidy` keeps its
+// dependencies. Nothing here is compiled into the product.
+package tools
+
+import (
+	_ "helm.sh/helm/v3/cmd/helm"
+)
