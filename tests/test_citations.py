@@ -23,7 +23,7 @@ OLD = ".".join(
 SELF = Path(__file__).resolve()  # its own examples below cite missing things on purpose
 
 # A markdown document named in running text, code or a link (not a URL).
-DOC = re.compile(r"(?<![\w/.:-])((?:\.\./|[\w-]+/)*[\w.-]*[\w-]\.md)\b")
+DOC = re.compile(r"(?<![\w/.:${-])((?:\.\./|[\w-]+/)*[\w.-]*[\w-]\.md)\b")  # not "$ROOT/x.md"
 # "design.md §4.2", "design.md §2-§4", "design.md §4.4 to §4.5" (any dash), "design.md §1, §3".
 SECTIONS = re.compile(r"design\.md\)?\s+((?:§[0-9]+(?:\.[0-9]+)*[\s,;\u2013-]*(?:and\s+)?)+)")
 SECTION = re.compile(r"§([0-9]+(?:\.[0-9]+)*)")
@@ -144,6 +144,7 @@ def test_every_cited_module_of_ours_exists() -> None:
         (f"see ../shared/{OLD}", [f"x.py:1: ../shared/{OLD}"]),
         ("see docs/design.md §4.1 and README.md", []),
         ("https://example.org/a/b.md is a URL", []),
+        ('cp "$ROOT/README.md" .', []),
     ],
 )
 def test_the_document_check_finds_what_is_missing(text: str, found: list[str]) -> None:
