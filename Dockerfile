@@ -32,8 +32,9 @@ FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="node-ipam-lb" \
       org.opencontainers.image.description="LoadBalancer Services on node addresses (io.cilium/node)" \
       org.opencontainers.image.licenses="Apache-2.0"
-# The base image's own installer is not needed at run time.
-RUN python -m pip uninstall -y pip setuptools wheel
+# The base image's own installer is not needed at run time (python:*-slim has one; a
+# Debian-made base without python3-pip has none).
+RUN if python -m pip --version >/dev/null 2>&1; then python -m pip uninstall -y pip setuptools wheel; fi
 COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
