@@ -115,6 +115,40 @@ def test_settings_refuse_inconsistent_timings(timings: dict[str, float], message
         Settings(**timings)
 
 
+NON_FINITE = ["inf", "-inf", "nan", "1e12"]
+SECONDS_FLAGS = [
+    "--request-timeout-seconds",
+    "--request-head-timeout-seconds",
+    "--idle-timeout-seconds",
+    "--lease-duration-seconds",
+    "--renew-deadline-seconds",
+    "--retry-period-seconds",
+    "--not-ready-grace-seconds",
+    "--review-deadline-seconds",
+    "--cluster-check-seconds",
+    "--ca-validity-seconds",
+    "--cert-validity-seconds",
+    "--cert-renew-before-seconds",
+    "--cert-check-interval-seconds",
+]
+
+
+@pytest.mark.parametrize("value", NON_FINITE)
+@pytest.mark.parametrize("flag", SECONDS_FLAGS)
+def test_every_seconds_setting_is_finite_and_bounded(
+    flag: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: --request-timeout-seconds inf started, then every API request failed
+    # ("timestamp out of range for platform time_t") while /healthz said ok.
+    for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    result = CliRunner().invoke(cli, ["serve", flag, value])
+    assert result.exit_code == 2, result.output
+    variable = "NODE_IPAM_" + flag.removeprefix("--").replace("-", "_").upper()
+    assert f"invalid setting: {flag} ({variable}): " in result.output
+    assert "Traceback" not in result.output
+
+
 def test_settings_accept_client_go_default_and_tight_timings() -> None:
     assert Settings().renew_deadline_seconds == 10
     tight = Settings(lease_duration_seconds=2, renew_deadline_seconds=1.5, retry_period_seconds=1.2)
