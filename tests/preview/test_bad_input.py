@@ -50,6 +50,25 @@ def test_invalid_json(write: Write) -> None:
     assert_one_line_error(run.stderr, path, "invalid JSON", "line 1")
 
 
+@pytest.mark.parametrize("name", ["dump.yaml", "dump.json"])
+def test_an_integer_python_cannot_convert_is_one_error_line(write: Write, name: str) -> None:
+    # Before: "error: Exceeds the limit (4300 digits) ...", naming no file or place.
+    svc = service_obj("big")
+    svc["spec"]["ports"] = [{"port": 1}]
+    text = json.dumps({"apiVersion": "v1", "kind": "List", "items": [svc]}, indent=1)
+    if name == "dump.yaml":
+        text = as_list(svc)
+    path = write(
+        text.replace("port: 1", "port: " + "9" * 5000).replace(
+            '"port": 1', '"port": ' + "9" * 5000
+        ),
+        name,
+    )
+    run = preview("-f", path)
+    assert run.code == 2
+    assert_one_line_error(run.stderr, path, "integer of 5000 digits", "line ", "column ")
+
+
 @pytest.mark.parametrize(
     ("item", "parts"),
     [

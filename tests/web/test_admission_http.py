@@ -81,7 +81,13 @@ BAD_BODIES = [
     ("Latin-1 bytes", b'{"a": "\xe9"}', JSON, "not UTF-8"),
     ("UTF-16 JSON", json.dumps(review(service())).encode("utf-16"), JSON, "not UTF-8"),
     ("JSON nested too deeply", NESTED, JSON, "nested too deeply"),
-    ("integer with too many digits", b'{"a": ' + b"9" * 5000 + b"}", JSON, "not JSON"),
+    (
+        "integer with too many digits",
+        b'{"a": ' + b"9" * 5000 + b"}",
+        JSON,
+        "not JSON: integer of 5000 digits: more than 4300 digits (Kubernetes integers are"
+        " int32 or int64) at line 1, column 7",
+    ),
     ("a bare Service", json.dumps(service()).encode(), JSON, "apiVersion/kind"),
     (
         "AdmissionReview v1beta1",
@@ -132,6 +138,17 @@ def test_a_body_that_is_not_json_by_content_type_gets_415(
     response = client.post(path, content=json.dumps(review(service())).encode(), headers=headers)
     assert response.status_code == 415
     assert "Content-Type" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("padding", [0, 100_000], ids=["inline", "in the worker process"])
+def test_an_integer_of_5000_digits_is_400_never_500(client: AppClient, padding: int) -> None:
+    svc = service()
+    svc["metadata"]["annotations"] = {"pad": "x" * padding}
+    svc["spec"]["ports"] = [{"port": 1234567}]
+    text = json.dumps(review(svc)).replace("1234567", "9" * 5000)
+    response = client.post("/validate", content=text.encode(), headers=JSON)
+    assert response.status_code == 400
+    assert "integer of 5000 digits" in response.json()["detail"]
 
 
 def test_oversized_body_gets_413(client: AppClient) -> None:

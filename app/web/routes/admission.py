@@ -34,7 +34,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.core import admission
-from app.core.dump import lone_surrogate
+from app.core.dump import lone_surrogate, long_integer
 from app.core.options import SelectionSettings
 from app.core.selection_memo import NotMemoised
 from app.core.views import ServiceView
@@ -414,8 +414,12 @@ def _decode(raw: bytes) -> Any:
         raise BodyError(f"body: Invalid value: not UTF-8 (byte {err.start})") from err
     except RecursionError as err:
         raise BodyError("body: Invalid value: JSON nested too deeply") from err
-    except ValueError as err:
+    except json.JSONDecodeError as err:
         raise BodyError(f"body: Invalid value: not JSON: {err}") from err
+    except _NotANumber as err:
+        raise BodyError(f"body: Invalid value: not JSON: {err}") from err
+    except ValueError as err:  # int(): an integer of more than 4300 digits
+        raise BodyError(f"body: Invalid value: not JSON: {long_integer(text) or err}") from err
     if "\\u" in text and (field := lone_surrogate(body)) is not None:
         raise BodyError(
             f"{field or 'body'}: Invalid value: not valid Unicode (lone UTF-16 surrogate)"
@@ -423,14 +427,18 @@ def _decode(raw: bytes) -> Any:
     return body
 
 
+class _NotANumber(ValueError):
+    """``NaN``, ``Infinity`` or a float64 overflow in the body."""
+
+
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number (RFC 8259; Go's encoding/json rejects it)")
+    raise _NotANumber(f"{name} is not a JSON number (RFC 8259; Go's encoding/json rejects it)")
 
 
 def _finite_float(text: str) -> float:
     number = float(text)
     if math.isinf(number):
-        raise ValueError(f"number {text[:40]} overflows a float64 (Go's encoding/json rejects it)")
+        raise _NotANumber(f"number {text[:40]} overflows a float64 (Go's encoding/json rejects it)")
     return number
 
 
