@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import signal
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -101,6 +102,16 @@ class BodyBudget:
                 future.set_result(None)
 
 
+def ignore_interrupts() -> None:
+    """Initializer of the review worker process: ignore SIGINT.
+
+    Ctrl-C on ``serve`` sends SIGINT to the whole foreground process group; the worker
+    would die with a ``KeyboardInterrupt`` traceback on stderr, amid the JSON logs. It is
+    the server's to stop: :meth:`ReviewPools.shutdown` ends it, quietly.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class ReviewPools:
     """The admission decision threads and worker process: created on first use, shut down
     with the app."""
@@ -136,6 +147,7 @@ class ReviewPools:
                 self._process = ProcessPoolExecutor(
                     1,
                     mp_context=multiprocessing.get_context("spawn"),
+                    initializer=ignore_interrupts,
                     max_tasks_per_child=WORKER_TASKS,
                 )
             return self._process

@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import signal
 import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +26,7 @@ from app.config import Settings
 from app.web.app import create_app
 from app.web.auth import AccessError, KubernetesAuthorizer
 from app.web.connections import CappedListener, protocol_class
-from app.web.limits import LIGHT_THREADS, BodyBudget, Overloaded
+from app.web.limits import LIGHT_THREADS, BodyBudget, Overloaded, ReviewPools
 from app.web.routes import deps
 from tests.core.admission.builders import node, review, service
 from tests.web.conftest import AppClient, FakeCache, FakeController
@@ -486,3 +489,21 @@ def test_small_reviews_never_wait_on_a_full_byte_budget() -> None:
     with AppClient(app) as client:
         response = client.post("/validate", content=managed_review(2), headers=JSON)
     assert response.status_code == 200, response.text
+
+
+def test_ctrl_c_leaves_the_review_worker_quiet_and_alive(capfd: pytest.CaptureFixture[str]) -> None:
+    # Before: Ctrl-C (SIGINT to the process group) printed the worker's KeyboardInterrupt
+    # traceback amid serve's JSON logs, and broke the pool.
+    pools = ReviewPools()
+    try:
+        worker = pools.apart(os.getpid, timeout=30)
+        assert worker != os.getpid()
+        status = Path(f"/proc/{worker}/status").read_text()
+        ignored = int(status.split("SigIgn:")[1].split()[0], 16)
+        assert ignored & (1 << (signal.SIGINT - 1)), "the worker does not ignore SIGINT"
+        os.kill(worker, signal.SIGINT)
+        time.sleep(0.5)  # a worker that does not ignore SIGINT is dead by now
+        assert pools.apart(os.getpid, timeout=30) == worker
+    finally:
+        pools.shutdown()
+    assert "KeyboardInterrupt" not in capfd.readouterr().err
