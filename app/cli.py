@@ -214,7 +214,11 @@ def _flag(help_text: str, *names: str, default: str | bool = False) -> Any:
 @_settings_defaults(Settings)
 def serve(
     kubeconfig: Annotated[
-        Path | None, _flag("Kubeconfig file", default="in-cluster config")
+        Path | None,
+        _flag(
+            "Kubeconfig file",
+            default="$KUBECONFIG, else in-cluster config, else ~/.kube/config",
+        ),
     ] = None,
     bind_address: Annotated[str | None, _flag("Listen address")] = None,
     port: Annotated[int | None, _flag("HTTPS port")] = None,

@@ -60,18 +60,22 @@ def settings_from(flags: Mapping[str, Any]) -> Settings:
 
 
 def api_client_for(settings: Settings) -> tuple[Any, bool]:
-    """The kubernetes ApiClient for ``settings.kubeconfig`` (see :func:`app.kube.client.connect`).
+    """The kubernetes ApiClient, found as controller-runtime's ``config.GetConfig`` finds
+    it: ``--kubeconfig`` (``NODE_IPAM_KUBECONFIG``), else ``$KUBECONFIG``, else the
+    in-cluster configuration, else ``~/.kube/config`` (:func:`app.kube.client.connect`,
+    the one lookup ``preview`` uses too, in kubectl's order).
 
     Returns ``(api_client, in_cluster)``.
 
     Raises:
-        StartupError: the kubeconfig cannot be loaded, or none is given and the process
+        StartupError: the kubeconfig cannot be loaded, or there is none and the process
             does not run in a Pod; the message names the setting.
     """
     try:
-        return connect(settings.kubeconfig)
+        found = connect(settings.kubeconfig, order="controller-runtime")
     except ConnectError as err:
         raise StartupError(str(err)) from err
+    return found.api_client, found.in_cluster
 
 
 def leader_identity() -> str:

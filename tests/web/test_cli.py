@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["--auth", "basic"], {}, "--auth (NODE_IPAM_AUTH)"),
         (["--tls-cert-file", "/tmp/x.crt"], {}, "must be given together"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], {}, "--kubeconfig /nonexistent/kubeconfig"),
+        ([], {"KUBECONFIG": "/nonexistent/kc"}, "KUBECONFIG /nonexistent/kc: cannot load"),
         ([], {}, "no cluster to talk to: give --kubeconfig PATH"),
         (
             [],
@@ -64,6 +65,7 @@ ROOT = Path(__file__).resolve().parents[2]
         "unknown auth mode",
         "certificate without key",
         "missing kubeconfig",
+        "serve reads $KUBECONFIG like preview",
         "neither kubeconfig nor in-cluster config",
         "lease shorter than the renew deadline",
         "renew deadline flags within one jittered retry",
@@ -73,8 +75,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_serve_start_up_error_is_one_line_and_exit_2(
     args: list[str], env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+    for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG"):
         monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent")  # no ~/.kube/config either
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     result = CliRunner().invoke(cli, ["serve", *args])
