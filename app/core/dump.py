@@ -117,6 +117,9 @@ class DumpViews:
     nodes: list[NodeView]
     services: list[ServiceView]
     endpoint_slices: list[EndpointSliceView]
+    duplicates: list[str] = field(default_factory=list)
+    """One line per object read more than once (same kind, namespace and name), naming
+    it and where the copy that wins was read."""
 
 
 def _read(path: str) -> str:
@@ -323,24 +326,43 @@ def project(
         DumpError: a :class:`~app.core.views.ViewError`, prefixed with where the object
             was read (``cluster.yaml: items[2] (Node n1): metadata...``).
     """
+    seen: dict[tuple[str, str, str], int] = {}
+    winner: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+
+    def keep(kind: str, namespace: str, name: str, obj: Mapping[str, Any]) -> None:
+        key = (kind, namespace, name)
+        seen[key] = seen.get(key, 0) + 1
+        winner[key] = obj
+
     try:
         obj: Mapping[str, Any] = {}
         nodes = {}
         for obj in dump.nodes:
             view = node_view(obj)
             nodes[view.name] = view
+            keep("Node", "", view.name, obj)
         services = {}
         for obj in dump.services:
             svc = service_view(obj, match_node_labels_annotation=match_node_labels_annotation)
             services[svc.namespace, svc.name] = svc
+            keep("Service", svc.namespace, svc.name, obj)
         slices = {}
         for obj in dump.endpoint_slices:
             eps = endpoint_slice_view(obj)
             slices[eps.namespace, eps.name] = eps
+            keep("EndpointSlice", eps.namespace, eps.name, obj)
     except ViewError as err:
         raise DumpError(f"{dump.where(obj)}: {err}") from None
+    duplicates = [
+        f"{kind} {f'{namespace}/' if namespace else ''}{name} is in the input {count} times;"
+        f" the last one ({dump.where(winner[kind, namespace, name])}) wins, as a later"
+        " kubectl apply would overwrite the earlier"
+        for (kind, namespace, name), count in seen.items()
+        if count > 1
+    ]
     return DumpViews(
         nodes=[nodes[k] for k in sorted(nodes)],
         services=[services[k] for k in sorted(services)],
         endpoint_slices=list(slices.values()),
+        duplicates=duplicates,
     )

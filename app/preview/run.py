@@ -275,16 +275,23 @@ def run_preview(
     if source is None:
         for line in incomplete_dump_warnings(views, selection_settings):
             print(line, file=stderr)
+    for line in views.duplicates:
+        print(f"Warning: {line}", file=stderr)
     missing = [
-        (ns or scope.namespace or "default", name)
+        (ns or scope.namespace, name)
         for ns, name in scope.names
         if not any(scope.only(ns, name).wanted(s) for s in views.services)
     ]
     for ns, name in missing:
-        print(
-            f'Error from server (NotFound): services "{name}" not found in namespace "{ns}"',
-            file=stderr,
-        )
+        if source is None:  # files: no server was asked
+            where = f' in namespace "{ns}"' if ns else ""
+            print(f'error: services "{name}" not found{where} in the input', file=stderr)
+        else:
+            print(
+                f'Error from server (NotFound): services "{name}" not found in namespace'
+                f' "{ns or "default"}"',
+                file=stderr,
+            )
     failed = bool(missing)
     selections = preview_dump(
         views, settings=selection_settings, now=time.time() if now is None else now, scope=scope
