@@ -5,6 +5,7 @@ Thin: each command parses flags, builds settings and calls into the package.
 
 from __future__ import annotations
 
+import math
 import sys
 import typing
 from collections.abc import Callable
@@ -375,6 +376,11 @@ def demo(
         typer.echo(
             f"error: --api: Unsupported value: {api!r}: supported values: auto, fake, real",
             err=True,
+        )
+        raise typer.Exit(2)
+    if not math.isfinite(timeout) or timeout <= 0:
+        typer.echo(
+            f"error: --timeout: Invalid value: {timeout:g}: must be greater than 0", err=True
         )
         raise typer.Exit(2)
     raise typer.Exit(

@@ -6,6 +6,7 @@ Start-up problems (a bad setting, no cluster configuration, unreadable certifica
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -116,7 +117,25 @@ def tls_context(settings: Settings, *, workdir: Path) -> tls.ReloadingContext:
     try:
         return tls.ReloadingContext(cert_file=cert_file, key_file=key_file)
     except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
-        raise StartupError(f"--tls-cert-file {cert_file}: cannot load the key pair: {err}") from err
+        raise StartupError(_key_pair_problem(cert_file, key_file, err)) from err
+
+
+def _key_pair_problem(cert_file: Path, key_file: Path, err: Exception) -> str:
+    """Which of the two files is wrong, and why (OpenSSL only says ``[SSL] PEM lib``)."""
+    for flag, path, label, kind in (
+        ("--tls-cert-file", cert_file, b"CERTIFICATE", "certificate"),
+        ("--tls-private-key-file", key_file, b"PRIVATE KEY", "private key"),
+    ):
+        try:
+            data = path.read_bytes()
+        except OSError as read_err:
+            return f"{flag} {path}: cannot read: {read_err.strerror or read_err}"
+        if b"-----BEGIN " not in data or label + b"-----" not in data:
+            return f"{flag} {path}: not a PEM {kind} (no -----BEGIN ...{label.decode()}----- block)"
+    return (
+        f"--tls-cert-file {cert_file}, --tls-private-key-file {key_file}: cannot load the"
+        f" key pair: {err}"
+    )
 
 
 def build(
@@ -220,10 +239,14 @@ def listen(settings: Settings) -> socket.socket:
         sock.listen(2048)  # uvicorn's default backlog
     except OSError as err:
         sock.close()
-        raise StartupError(
-            f"--bind-address {host} --port {port}: cannot listen:"
-            f" {err.strerror or err} (is another process using port {port}?)"
-        ) from err
+        reason = err.strerror or str(err)
+        if isinstance(err, socket.gaierror):  # not an IP: bind() took it for a host name
+            reason = f"not a valid IP address ({reason})"
+        elif err.errno == errno.EADDRNOTAVAIL:
+            reason = f"not an address of this host ({reason})"
+        elif err.errno == errno.EADDRINUSE:
+            reason = f"{reason} (is another process using port {port}?)"
+        raise StartupError(f"--bind-address {host} --port {port}: cannot listen: {reason}") from err
     sock.set_inheritable(True)
     return sock
 

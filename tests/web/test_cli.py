@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import stat
 import subprocess
 import sys
@@ -15,7 +16,8 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.config import Settings
-from app.server import leader_identity
+from app.server import StartupError, leader_identity, listen, tls_context
+from tests.controller.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -253,3 +255,40 @@ def test_help_at_80_columns_shows_every_option_name_in_full(
     assert "…" not in result.output
     for option in options:
         assert f"{option} " in result.output or f"{option}\n" in result.output, option
+
+
+def test_a_bad_bind_address_is_named_as_such_not_as_a_taken_port() -> None:
+    # Before: "cannot listen: Name or service not known (is another process using port N?)".
+    with pytest.raises(StartupError) as err:
+        listen(Settings(bind_address="999.1.1.1", port=free_port()))
+    assert "--bind-address 999.1.1.1" in str(err.value)
+    assert "not a valid IP address" in str(err.value)
+    assert "another process" not in str(err.value)
+
+
+def test_a_taken_port_asks_about_another_process() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(StartupError, match=f"is another process using port {port}"):
+            listen(Settings(bind_address="127.0.0.1", port=port))
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [("cert", "--tls-cert-file {}: not a PEM certificate"),
+     ("key", "--tls-private-key-file {}: not a PEM private key")],
+)  # fmt: skip
+def test_a_file_that_is_not_pem_is_named(tmp_path: Path, bad: str, message: str) -> None:
+    # Before: "cannot load the key pair: [SSL] PEM lib (_ssl.c:3905)", naming neither file.
+    run = CliRunner().invoke(
+        cli, ["certs", "generate", "--dns-name", "x.example", "--out", str(tmp_path)]
+    )
+    assert run.exit_code == 0, run.output
+    files = {"cert": tmp_path / "tls.crt", "key": tmp_path / "tls.key"}
+    files[bad].write_text("this is not PEM\n")
+    settings = Settings(tls_cert_file=files["cert"], tls_private_key_file=files["key"])
+    with pytest.raises(StartupError) as err:
+        tls_context(settings, workdir=tmp_path)
+    assert message.format(files[bad]) in str(err.value)
