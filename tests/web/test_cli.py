@@ -292,3 +292,44 @@ def test_a_file_that_is_not_pem_is_named(tmp_path: Path, bad: str, message: str)
     with pytest.raises(StartupError) as err:
         tls_context(settings, workdir=tmp_path)
     assert message.format(files[bad]) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--load-balancer-class", "not a class!!"], "load-balancer-class: Invalid value"),
+        (["--load-balancer-class", "a/b/c"], "load-balancer-class: Invalid value"),
+        (["--match-node-labels-annotation", ""], "match-node-labels-annotation: Invalid value"),
+        (["--match-node-labels-annotation", "x/"], "name part must be non-empty"),
+    ],
+)
+def test_class_and_annotation_must_be_qualified_names(args: list[str], message: str) -> None:
+    # The API server accepts only a qualified name in spec.loadBalancerClass and as an
+    # annotation key; any other value could never match a Service.
+    for command in ("serve", "preview"):
+        result = CliRunner().invoke(
+            cli, [command, *args, "-f", "-"][: 3 if command == "serve" else 5]
+        )
+        assert result.exit_code == 2, result.output
+        assert message in result.output
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"load_balancer_class": "example.com/lb"}, {"match_node_labels_annotation": "Example.com/M"}],
+)
+def test_qualified_class_and_annotation_are_accepted(settings: dict[str, str]) -> None:
+    Settings(**settings).selection()
+
+
+@pytest.mark.parametrize(("name", "reason"), [("bad name!!", "RFC 1123 subdomain"), ("", "empty")])
+def test_certs_generate_refuses_a_name_a_certificate_cannot_hold(
+    tmp_path: Path, name: str, reason: str
+) -> None:
+    result = CliRunner().invoke(
+        cli, ["certs", "generate", "--dns-name", name, "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 2
+    assert f"DNS name {name!r}: Invalid value: not an IP address" in result.output
+    assert reason in result.output
+    assert not (tmp_path / "o").exists()
