@@ -5,6 +5,7 @@ Thin: each command parses flags, builds settings and calls into the package.
 
 from __future__ import annotations
 
+import math
 import sys
 import typing
 from collections.abc import Callable
@@ -214,7 +215,11 @@ def _flag(help_text: str, *names: str, default: str | bool = False) -> Any:
 @_settings_defaults(Settings)
 def serve(
     kubeconfig: Annotated[
-        Path | None, _flag("Kubeconfig file", default="in-cluster config")
+        Path | None,
+        _flag(
+            "Kubeconfig file",
+            default="$KUBECONFIG, else in-cluster config, else ~/.kube/config",
+        ),
     ] = None,
     bind_address: Annotated[str | None, _flag("Listen address")] = None,
     port: Annotated[int | None, _flag("HTTPS port")] = None,
@@ -290,25 +295,25 @@ def serve(
     ] = None,
     log_level: Annotated[str | None, _flag("debug, info, warning or error")] = None,
     max_connections: Annotated[
-        int | None, _flag("Open connections at most; more are refused (default 512)")
+        int | None, _flag("Open connections at most; more are refused")
     ] = None,
     request_head_timeout_seconds: Annotated[
-        float | None, _flag("Close a connection whose request head is not in by then (default 5)")
+        float | None, _flag("Close a connection whose request head is not in by then, seconds")
     ] = None,
     idle_timeout_seconds: Annotated[
-        float | None, _flag("Close a kept-alive connection idle this long (default 5)")
+        float | None, _flag("Close a kept-alive connection idle this long, seconds")
     ] = None,
     inflight_body_bytes: Annotated[
-        int | None, _flag("Admission body bytes held at once (default 8 MiB)")
+        int | None, _flag("Admission body bytes held at once", default="8388608 = 8 MiB")
     ] = None,
     review_deadline_seconds: Annotated[
-        float | None, _flag("Answer 503 for a review not decided by then (default 2)")
+        float | None, _flag("Answer 503 for a review not decided by then, seconds")
     ] = None,
     cluster_check_seconds: Annotated[
-        float | None, _flag("Budget of the cluster-state warnings (default 0.25)")
+        float | None, _flag("Budget of the cluster-state warnings, seconds")
     ] = None,
     max_access_reviews: Annotated[
-        int | None, _flag("TokenReviews/SubjectAccessReviews in flight at most (default 8)")
+        int | None, _flag("TokenReviews/SubjectAccessReviews in flight at most")
     ] = None,
     cert_secret_name: Annotated[
         str | None,
@@ -373,6 +378,11 @@ def demo(
             err=True,
         )
         raise typer.Exit(2)
+    if not math.isfinite(timeout) or timeout <= 0:
+        typer.echo(
+            f"error: --timeout: Invalid value: {timeout:g}: must be greater than 0", err=True
+        )
+        raise typer.Exit(2)
     raise typer.Exit(
         run_demo(api=api, port=port, workdir=workdir, once=once, timeout=timeout)  # type: ignore[arg-type]
     )
@@ -404,6 +414,13 @@ def certs_generate(
     typer.echo(f"CA SHA-256 fingerprint: {ca.fingerprint()}")
 
 
+PLUGIN_SCRIPT = "kubectl-node_ipam"
+"""The kubectl plugin's file name: ``kubectl node-ipam`` runs it (kubectl maps ``-`` in
+the command to ``_`` in the file name)."""
+
+
 def main() -> None:
-    """Console-script entry point (``node-ipam-lb``)."""
-    cli()
+    """Console-script entry point (``node-ipam-lb``, and ``kubectl-node_ipam`` as which
+    usage lines read ``kubectl node-ipam``, the command the user typed)."""
+    invoked = Path(sys.argv[0]).name if sys.argv else ""
+    cli(prog_name="kubectl node-ipam" if invoked.startswith(PLUGIN_SCRIPT) else None)

@@ -43,6 +43,15 @@ body, plus 64 KiB for the envelope (uid, kind, userInfo, options). Larger bodies
 
 ENV_PREFIX = "NODE_IPAM_"
 
+DAY_SECONDS = 86400.0
+"""Upper bound of the leader-election timings and of ``not_ready_grace_seconds``."""
+REQUEST_SECONDS_MAX = 3600.0
+"""Upper bound of the per-request timeouts (API requests, request heads, idle connections):
+an hour is far past any useful wait, and larger values overflow the platform ``time_t``
+in socket and SSL timeouts (``1e12`` made every API request fail)."""
+CERT_SECONDS_MAX = 100 * 365 * DAY_SECONDS
+"""Upper bound of the certificate lifetimes (100 years; X.509 dates end in 9999)."""
+
 
 class SelectionConfig(BaseSettings):
     """The selection settings (docs/design.md §2, §4.7) from ``NODE_IPAM_*`` variables and
@@ -50,7 +59,8 @@ class SelectionConfig(BaseSettings):
     :class:`Settings`. Validation errors are :class:`pydantic.ValidationError` naming
     the field."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+    # allow_inf_nan=False: every float setting is finite ("inf", "nan" are errors naming it).
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", allow_inf_nan=False)
 
     # Selection (Cilium names).
     enable_node_ipam: bool = True
@@ -59,7 +69,7 @@ class SelectionConfig(BaseSettings):
     match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
     per_node_address_fallback: bool = False
     exclude_not_ready_nodes: bool = False
-    not_ready_grace_seconds: float = Field(default=60.0, ge=0)
+    not_ready_grace_seconds: float = Field(default=60.0, ge=0, le=DAY_SECONDS)
     ip_mode: IPMode = "VIP"
 
     def selection(self) -> SelectionSettings:
@@ -101,21 +111,21 @@ class Settings(SelectionConfig):
     leader_elect: bool = True
     leader_election_namespace: str = "node-ipam-lb"
     leader_election_id: str = "node-ipam-lb"
-    lease_duration_seconds: float = Field(default=15.0, gt=0)
-    renew_deadline_seconds: float = Field(default=10.0, gt=0)
-    retry_period_seconds: float = Field(default=2.0, gt=0)
+    lease_duration_seconds: float = Field(default=15.0, gt=0, le=DAY_SECONDS)
+    renew_deadline_seconds: float = Field(default=10.0, gt=0, le=DAY_SECONDS)
+    retry_period_seconds: float = Field(default=2.0, gt=0, le=DAY_SECONDS)
     workers: int = Field(default=4, ge=1, le=64)
     watch_timeout_seconds: int = Field(default=300, ge=1, le=3600)
-    request_timeout_seconds: float = Field(default=10.0, gt=0)
+    request_timeout_seconds: float = Field(default=10.0, gt=0, le=REQUEST_SECONDS_MAX)
     auth: AuthMode | None = None
 
     # Bounded cost per request (docs/design.md §7.1).
     max_connections: int = Field(default=512, ge=1, le=65536)
-    request_head_timeout_seconds: float = Field(default=5.0, gt=0)
-    idle_timeout_seconds: float = Field(default=5.0, gt=0)
+    request_head_timeout_seconds: float = Field(default=5.0, gt=0, le=REQUEST_SECONDS_MAX)
+    idle_timeout_seconds: float = Field(default=5.0, gt=0, le=REQUEST_SECONDS_MAX)
     inflight_body_bytes: int = Field(default=8 * 1024 * 1024, ge=ADMISSION_BODY_LIMIT)
     review_deadline_seconds: float = Field(default=2.0, gt=0, lt=30)
-    cluster_check_seconds: float = Field(default=0.25, gt=0)
+    cluster_check_seconds: float = Field(default=0.25, gt=0, lt=30)
     max_access_reviews: int = Field(default=8, ge=1, le=1024)
 
     # Self-managed webhook certificates (app/web/certsync.py): on when cert_secret_name is set.
@@ -126,10 +136,10 @@ class Settings(SelectionConfig):
     cert_secret_namespace: str = Field(default="node-ipam-lb", min_length=1)
     webhook_service_name: str = Field(default="node-ipam-lb-webhook", min_length=1)
     webhook_configuration_name: str = Field(default="node-ipam-lb", min_length=1)
-    ca_validity_seconds: float = Field(default=10 * 365 * 86400.0, gt=0)
-    cert_validity_seconds: float = Field(default=365 * 86400.0, gt=0)
-    cert_renew_before_seconds: float = Field(default=90 * 86400.0, gt=0)
-    cert_check_interval_seconds: float = Field(default=30.0, gt=0)
+    ca_validity_seconds: float = Field(default=10 * 365 * 86400.0, gt=0, le=CERT_SECONDS_MAX)
+    cert_validity_seconds: float = Field(default=365 * 86400.0, gt=0, le=CERT_SECONDS_MAX)
+    cert_renew_before_seconds: float = Field(default=90 * 86400.0, gt=0, le=CERT_SECONDS_MAX)
+    cert_check_interval_seconds: float = Field(default=30.0, gt=0, le=DAY_SECONDS)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Benchmark only (bench/bench_churn.py), no flag: model Cilium's policy (every Node event
     # enqueues every managed Service; a status write on every reconcile) for comparison.

@@ -157,9 +157,24 @@ class Demo:
         """Raise :class:`DemoError` naming a child that has exited."""
         for name, process in self._children:
             if process.poll() is not None:
+                said = self.last_error_line()
                 raise DemoError(
-                    f"{name} exited with status {process.returncode}; see {self.log_path}"
+                    f"{name} exited with status {process.returncode}"
+                    + (f": {said}" if said else "")
+                    + f"; see {self.log_path}"
                 )
+
+    def last_error_line(self) -> str:
+        """The last one-line start-up error a child wrote to the log (``node-ipam-lb
+        serve: ...``, how the CLI reports one), or ``""``; read from the log's last 64 KiB."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - 65536))
+                tail = log.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        errors = [line for line in tail.splitlines() if line.startswith("node-ipam-lb ")]
+        return errors[-1].strip() if errors else ""
 
 
 def free_port() -> int:

@@ -6,6 +6,7 @@ Start-up problems (a bad setting, no cluster configuration, unreadable certifica
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -60,18 +61,22 @@ def settings_from(flags: Mapping[str, Any]) -> Settings:
 
 
 def api_client_for(settings: Settings) -> tuple[Any, bool]:
-    """The kubernetes ApiClient for ``settings.kubeconfig`` (see :func:`app.kube.client.connect`).
+    """The kubernetes ApiClient, found as controller-runtime's ``config.GetConfig`` finds
+    it: ``--kubeconfig`` (``NODE_IPAM_KUBECONFIG``), else ``$KUBECONFIG``, else the
+    in-cluster configuration, else ``~/.kube/config`` (:func:`app.kube.client.connect`,
+    the one lookup ``preview`` uses too, in kubectl's order).
 
     Returns ``(api_client, in_cluster)``.
 
     Raises:
-        StartupError: the kubeconfig cannot be loaded, or none is given and the process
+        StartupError: the kubeconfig cannot be loaded, or there is none and the process
             does not run in a Pod; the message names the setting.
     """
     try:
-        return connect(settings.kubeconfig)
+        found = connect(settings.kubeconfig, order="controller-runtime")
     except ConnectError as err:
         raise StartupError(str(err)) from err
+    return found.api_client, found.in_cluster
 
 
 def leader_identity() -> str:
@@ -112,7 +117,25 @@ def tls_context(settings: Settings, *, workdir: Path) -> tls.ReloadingContext:
     try:
         return tls.ReloadingContext(cert_file=cert_file, key_file=key_file)
     except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
-        raise StartupError(f"--tls-cert-file {cert_file}: cannot load the key pair: {err}") from err
+        raise StartupError(_key_pair_problem(cert_file, key_file, err)) from err
+
+
+def _key_pair_problem(cert_file: Path, key_file: Path, err: Exception) -> str:
+    """Which of the two files is wrong, and why (OpenSSL only says ``[SSL] PEM lib``)."""
+    for flag, path, label, kind in (
+        ("--tls-cert-file", cert_file, b"CERTIFICATE", "certificate"),
+        ("--tls-private-key-file", key_file, b"PRIVATE KEY", "private key"),
+    ):
+        try:
+            data = path.read_bytes()
+        except OSError as read_err:
+            return f"{flag} {path}: cannot read: {read_err.strerror or read_err}"
+        if b"-----BEGIN " not in data or label + b"-----" not in data:
+            return f"{flag} {path}: not a PEM {kind} (no -----BEGIN ...{label.decode()}----- block)"
+    return (
+        f"--tls-cert-file {cert_file}, --tls-private-key-file {key_file}: cannot load the"
+        f" key pair: {err}"
+    )
 
 
 def build(
@@ -216,10 +239,14 @@ def listen(settings: Settings) -> socket.socket:
         sock.listen(2048)  # uvicorn's default backlog
     except OSError as err:
         sock.close()
-        raise StartupError(
-            f"--bind-address {host} --port {port}: cannot listen:"
-            f" {err.strerror or err} (is another process using port {port}?)"
-        ) from err
+        reason = err.strerror or str(err)
+        if isinstance(err, socket.gaierror):  # not an IP: bind() took it for a host name
+            reason = f"not a valid IP address ({reason})"
+        elif err.errno == errno.EADDRNOTAVAIL:
+            reason = f"not an address of this host ({reason})"
+        elif err.errno == errno.EADDRINUSE:
+            reason = f"{reason} (is another process using port {port}?)"
+        raise StartupError(f"--bind-address {host} --port {port}: cannot listen: {reason}") from err
     sock.set_inheritable(True)
     return sock
 

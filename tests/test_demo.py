@@ -4,6 +4,7 @@ and a live preview, then stops everything; all logs go to the file it names."""
 
 from __future__ import annotations
 
+import io
 import re
 import signal
 import subprocess
@@ -12,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from app.cli import cli
 from tests.kubectl import kubectl
 from tests.preview.conftest import parse_table
 
@@ -99,3 +102,24 @@ def test_demo_waits_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     rest, _ = process.communicate(timeout=60)
     assert process.returncode == 0
     assert_stopped_cleanly(tmp_path, "".join(lines) + rest)
+
+
+def test_a_child_that_exits_is_reported_with_its_last_error_line(tmp_path: Path) -> None:
+    # Before: "serve exited with status 2; see .../demo.log" and nothing else.
+    from app.demo import Demo, DemoError
+
+    run = Demo(workdir=tmp_path, out=io.StringIO())
+    error = "node-ipam-lb serve: --bind-address 127.0.0.1 --port 1: cannot listen: in use"
+    child = run.spawn("serve", [sys.executable, "-c", f"import sys; sys.exit({error!r})"])
+    child.wait(30)
+    with pytest.raises(DemoError) as err:
+        run.check_alive()
+    run.stop()
+    assert str(err.value) == f"serve exited with status 1: {error}; see {tmp_path / 'demo.log'}"
+
+
+@pytest.mark.parametrize("timeout", ["0", "-5", "nan"])
+def test_a_timeout_that_is_not_positive_is_refused(timeout: str) -> None:
+    result = CliRunner().invoke(cli, ["demo", "--timeout", timeout])
+    assert result.exit_code == 2
+    assert "--timeout: Invalid value" in result.output

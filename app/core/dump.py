@@ -40,6 +40,8 @@ from app.core.views import (
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_OBJECTS = 1_000_000
 """Most Kubernetes objects one ``load_dump`` call reads (a 5,000-node cluster has ~50,000)."""
+_LONG_INTEGER = re.compile(rf"\d{{{sys.get_int_max_str_digits() + 1},}}")
+"""An integer literal longer than Python converts (``sys.get_int_max_str_digits()``)."""
 _SURROGATE_HINT = re.compile(r"\\u[dD][89a-fA-F]|\\U0000[dD][89a-fA-F]|[\ud800-\udfff]")
 
 
@@ -60,7 +62,16 @@ class _NoAliasLoader(_BaseLoader):  # type: ignore[misc,valid-type]
                 " accepted",
                 node.start_mark,
             )
-        return super().construct_object(node, deep=deep)
+        try:
+            return super().construct_object(node, deep=deep)
+        except ValueError as err:  # a scalar Python cannot convert: named with its place
+            if isinstance(node, yaml.ScalarNode) and _LONG_INTEGER.fullmatch(
+                node.value.lstrip("+-").replace("_", "")
+            ):
+                problem = _digits_problem(len(node.value.lstrip("+-").replace("_", "")))
+            else:
+                problem = f"{node.value[:40]!r}: {err}"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
 
 
 # kind -> (Dump attribute, accepted apiVersions; a missing apiVersion is accepted too).
@@ -106,6 +117,9 @@ class DumpViews:
     nodes: list[NodeView]
     services: list[ServiceView]
     endpoint_slices: list[EndpointSliceView]
+    duplicates: list[str] = field(default_factory=list)
+    """One line per object read more than once (same kind, namespace and name), naming
+    it and where the copy that wins was read."""
 
 
 def _read(path: str) -> str:
@@ -140,6 +154,8 @@ def parse_documents(text: str, *, name: str) -> list[Any]:
             json_error = f"{name}: invalid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
         except RecursionError:
             raise DumpError(f"{name}: invalid JSON: nested too deeply") from None
+        except ValueError as err:  # int(): more digits than sys.get_int_max_str_digits()
+            raise DumpError(f"{name}: invalid JSON: {long_integer(text) or err}") from None
     if docs is None:
         try:
             docs = list(yaml.load_all(text, Loader=_NoAliasLoader))
@@ -162,6 +178,26 @@ def parse_documents(text: str, *, name: str) -> list[Any]:
                     " (lone UTF-16 surrogate)"
                 )
     return docs
+
+
+def _digits_problem(digits: int) -> str:
+    return (
+        f"integer of {digits} digits: more than {sys.get_int_max_str_digits()} digits"
+        " (Kubernetes integers are int32 or int64)"
+    )
+
+
+def long_integer(text: str) -> str | None:
+    """Why JSON ``text`` holds an integer literal Python refuses to convert (more digits
+    than ``sys.get_int_max_str_digits()``, 4,300 by default: ``json.loads`` raises a bare
+    ``ValueError``), with its line and column; ``None`` when it holds none. No Kubernetes
+    field holds one (they are int32 or int64)."""
+    found = _LONG_INTEGER.search(text)
+    if found is None:
+        return None
+    line = text.count("\n", 0, found.start()) + 1
+    column = found.start() - (text.rfind("\n", 0, found.start()) + 1) + 1
+    return f"{_digits_problem(len(found.group()))} at line {line}, column {column}"
 
 
 def lone_surrogate(value: object, path: str = "") -> str | None:
@@ -290,24 +326,43 @@ def project(
         DumpError: a :class:`~app.core.views.ViewError`, prefixed with where the object
             was read (``cluster.yaml: items[2] (Node n1): metadata...``).
     """
+    seen: dict[tuple[str, str, str], int] = {}
+    winner: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+
+    def keep(kind: str, namespace: str, name: str, obj: Mapping[str, Any]) -> None:
+        key = (kind, namespace, name)
+        seen[key] = seen.get(key, 0) + 1
+        winner[key] = obj
+
     try:
         obj: Mapping[str, Any] = {}
         nodes = {}
         for obj in dump.nodes:
             view = node_view(obj)
             nodes[view.name] = view
+            keep("Node", "", view.name, obj)
         services = {}
         for obj in dump.services:
             svc = service_view(obj, match_node_labels_annotation=match_node_labels_annotation)
             services[svc.namespace, svc.name] = svc
+            keep("Service", svc.namespace, svc.name, obj)
         slices = {}
         for obj in dump.endpoint_slices:
             eps = endpoint_slice_view(obj)
             slices[eps.namespace, eps.name] = eps
+            keep("EndpointSlice", eps.namespace, eps.name, obj)
     except ViewError as err:
         raise DumpError(f"{dump.where(obj)}: {err}") from None
+    duplicates = [
+        f"{kind} {f'{namespace}/' if namespace else ''}{name} is in the input {count} times;"
+        f" the last one ({dump.where(winner[kind, namespace, name])}) wins, as a later"
+        " kubectl apply would overwrite the earlier"
+        for (kind, namespace, name), count in seen.items()
+        if count > 1
+    ]
     return DumpViews(
         nodes=[nodes[k] for k in sorted(nodes)],
         services=[services[k] for k in sorted(services)],
         endpoint_slices=list(slices.values()),
+        duplicates=duplicates,
     )

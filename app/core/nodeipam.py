@@ -114,17 +114,28 @@ def _families(service: ServiceView, warnings: list[str]) -> tuple[str, ...]:
 
     The API server always fills ``ipFamilies`` on create; it is empty only in manifests
     previewed before ``kubectl apply``. We then assume what a single-stack IPv4 cluster
-    would assign (IPv4, or IPv4 then IPv6 for a dual-stack ``ipFamilyPolicy``).
+    would assign (IPv4, or IPv4 then IPv6 for a dual-stack ``ipFamilyPolicy``). A value
+    other than ``IPv4``/``IPv6`` (case-sensitive) gets the API server's validation message
+    (``spec.ipFamilies[0]: Unsupported value: "IPv9": supported values: "IPv4", "IPv6"``)
+    as a warning and is left out.
     """
+    for i, family in enumerate(service.ip_families):
+        if family not in FAMILY_BIT:
+            warnings.append(
+                f"spec.ipFamilies[{i}]: Unsupported value: {json.dumps(family)}: supported"
+                ' values: "IPv4", "IPv6" (the API server rejects the Service)'
+            )
     families = tuple(dict.fromkeys(f for f in service.ip_families if f in FAMILY_BIT))
     if families:
         return families
     dual = service.ip_family_policy in ("PreferDualStack", "RequireDualStack")
     families = (IPV4, IPV6) if dual else (IPV4,)
-    warnings.append(
-        "spec.ipFamilies is empty (the API server fills it in on create);"
-        f" assuming {', '.join(families)}"
+    why = (
+        "has no supported value"
+        if service.ip_families
+        else "is empty (the API server fills it in on create)"
     )
+    warnings.append(f"spec.ipFamilies {why}; assuming {', '.join(families)}")
     return families
 
 

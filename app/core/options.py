@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from app.core.selector import qualified_name_errors
+
 LOAD_BALANCER_CLASS = "io.cilium/node"
 MATCH_NODE_LABELS_ANNOTATION = "io.cilium.nodeipam/match-node-labels"
 DEFAULT_LB_SERVICE_IPAM_VALUES = ("lbipam", "nodeipam", "none")
@@ -24,8 +26,10 @@ class SelectionSettings:
     Raises:
         ValueError: ``default_lb_service_ipam`` is not one of ``lbipam``, ``nodeipam``,
             ``none``, or ``ip_mode`` is not ``VIP``/``Proxy``, or the grace period is
-            negative. Cilium accepts any string here and silently handles nothing; we
-            refuse it.
+            negative, or ``load_balancer_class`` / ``match_node_labels_annotation`` is not
+            a qualified name (apimachinery ``IsQualifiedName``, as the API server checks
+            ``spec.loadBalancerClass`` and annotation keys). Cilium accepts any string
+            here and silently handles nothing; we refuse it.
     """
 
     load_balancer_class: str = LOAD_BALANCER_CLASS
@@ -53,3 +57,16 @@ class SelectionSettings:
             )
         if not self.load_balancer_class:
             raise ValueError("load-balancer-class: Required value: must not be empty")
+        # What the API server accepts in spec.loadBalancerClass (a qualified name) and as an
+        # annotation key (a qualified name once lower-cased): another value never matches.
+        for flag, value, checked in (
+            ("load-balancer-class", self.load_balancer_class, self.load_balancer_class),
+            (
+                "match-node-labels-annotation",
+                self.match_node_labels_annotation,
+                self.match_node_labels_annotation.lower(),
+            ),
+        ):
+            errors = qualified_name_errors(checked)
+            if errors:
+                raise ValueError(f"{flag}: Invalid value: {value!r}: {'; '.join(errors)}")

@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from app.core.selector import dns_subdomain_errors
+
 CA_VALIDITY = datetime.timedelta(days=3650)
 SERVING_VALIDITY = datetime.timedelta(days=365)
 CLOCK_SKEW = datetime.timedelta(hours=1)
@@ -83,6 +85,22 @@ def generate_ca(
         .sign(key, hashes.SHA256())
     )
     return KeyPair(cert_pem=cert.public_bytes(serialization.Encoding.PEM), key_pem=_key_pem(key))
+
+
+def check_san(name: str) -> None:
+    """Raise ValueError (naming ``name`` and why) unless it is an IP address or a DNS
+    subdomain (apimachinery ``IsDNS1123Subdomain``; a wildcard ``*.`` first label
+    allowed): what a user may ask a serving certificate to hold."""
+    try:
+        ipaddress.ip_address(name)
+        return
+    except ValueError:
+        pass
+    errors = dns_subdomain_errors(name.removeprefix("*.")) if name else ["must not be empty"]
+    if errors:
+        raise ValueError(
+            f"DNS name {name!r}: Invalid value: not an IP address, and {'; '.join(errors)}"
+        )
 
 
 def generate_serving_cert(

@@ -486,6 +486,25 @@ def _label_key_errors(key: str) -> list[str]:
     return errors
 
 
+def qualified_name_errors(name: str) -> list[str]:
+    """Reasons ``name`` is not a qualified name (apimachinery ``IsQualifiedName``: an
+    optional DNS subdomain prefix and ``/``, then a name of at most 63 characters); empty
+    when valid. Label keys, annotation keys (lower-cased first, ``ValidateAnnotations``)
+    and ``spec.loadBalancerClass`` (``validateLoadBalancerClassField``) are checked so."""
+    return _label_key_errors(name)
+
+
+def dns_subdomain_errors(name: str) -> list[str]:
+    """Reasons ``name`` is not a DNS subdomain (apimachinery ``IsDNS1123Subdomain``: at
+    most 253 characters of lowercase RFC 1123 labels joined by dots); empty when valid."""
+    errors = []
+    if len(name) > _PREFIX_MAX_BYTES:
+        errors.append(_max_len_error(_PREFIX_MAX_BYTES))
+    if _SUBDOMAIN_RE.fullmatch(name) is None:
+        errors.append(_regex_error(_SUBDOMAIN_MSG, _SUBDOMAIN_FMT, "example.com"))
+    return errors
+
+
 def _label_value_errors(value: str) -> list[str]:
     """Reasons ``value`` is not a label value (``content.IsLabelValue``); empty if valid."""
     errors: list[str] = []

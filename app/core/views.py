@@ -192,12 +192,30 @@ def _metadata(obj: Any, *, namespaced: bool) -> tuple[Mapping[str, Any], str, st
         raise ViewError(f"object: Invalid value: must be an object, not {type(obj).__name__}")
     meta = _mapping(obj.get("metadata"), "metadata")
     name = meta.get("name")
-    if not isinstance(name, str) or not name:
+    if name is not None and not isinstance(name, str):
+        raise ViewError(f"metadata.name: Invalid value: {name!r}: must be a string")
+    if not name:
         raise ViewError("metadata.name: Required value")
     namespace = meta.get("namespace") or ("default" if namespaced else "")
     if not isinstance(namespace, str):
         raise ViewError(f"metadata.namespace: Invalid value: {namespace!r}: must be a string")
     return meta, name, namespace
+
+
+def _deleting(meta: Mapping[str, Any]) -> bool:
+    """Whether ``metadata.deletionTimestamp`` is set: an RFC 3339 string (or the datetime
+    an unquoted YAML timestamp becomes); any other type is an error, not "being deleted".
+
+    Raises:
+        ViewError: ``metadata.deletionTimestamp`` is neither.
+    """
+    value = meta.get("deletionTimestamp")
+    if value is None or isinstance(value, str | datetime):
+        return value is not None
+    raise ViewError(
+        f"metadata.deletionTimestamp: Invalid value: {value!r}: must be an RFC 3339 timestamp"
+        " string"
+    )
 
 
 def _epoch(value: Any) -> float | None:
@@ -273,7 +291,7 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
     return NodeView(
         name=name,
         labels=_string_map(meta.get("labels"), "metadata.labels"),
-        deleting=meta.get("deletionTimestamp") is not None,
+        deleting=_deleting(meta),
         taint_keys=frozenset(
             t["key"] for t in taints if isinstance(t, Mapping) and isinstance(t.get("key"), str)
         ),
@@ -310,12 +328,14 @@ def service_view(
         name=name,
         type=_opt_str(spec.get("type"), "spec.type"),
         load_balancer_class=_opt_str(spec.get("loadBalancerClass"), "spec.loadBalancerClass"),
-        deleting=meta.get("deletionTimestamp") is not None,
+        deleting=_deleting(meta),
         match_node_labels=_opt_str(annotations.get(match_node_labels_annotation), where),
         external_traffic_policy=_opt_str(
             spec.get("externalTrafficPolicy"), "spec.externalTrafficPolicy"
         ),
-        ip_families=tuple(f for f in families if isinstance(f, str)),
+        ip_families=tuple(
+            _opt_str(f, f"spec.ipFamilies[{i}]") or "" for i, f in enumerate(families)
+        ),
         ingress=None
         if ingress is None
         else tuple(e for e in ingress_list if isinstance(e, Mapping)),

@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlencode
@@ -561,22 +562,6 @@ class ConnectError(Exception):
     """No usable cluster configuration; ``str(err)`` names the setting and the reason."""
 
 
-def connect(kubeconfig: Path | None) -> tuple[Any, bool]:
-    """A ``kubernetes.client.ApiClient`` from ``kubeconfig``, else from the in-cluster config.
-
-    Returns ``(api_client, in_cluster)``. Mirrors client-go's ``BuildConfigFromFlags``
-    order: an explicit kubeconfig wins; without one, the Pod's service account
-    (``KUBERNETES_SERVICE_HOST`` and the mounted token) is used.
-
-    Raises:
-        ConnectError: the kubeconfig cannot be loaded (names ``--kubeconfig`` and the
-            path), or none is given and the process does not run in a Pod.
-    """
-    if kubeconfig is not None:
-        return _from_kubeconfig(str(kubeconfig), origin="--kubeconfig")[0], False
-    return _in_cluster("give --kubeconfig PATH (NODE_IPAM_KUBECONFIG)"), True
-
-
 def _from_kubeconfig(
     path: str, *, origin: str, context: str | None = None
 ) -> tuple[Any, dict[str, Any] | None]:
@@ -618,20 +603,37 @@ def _in_cluster(hint: str) -> Any:
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
-def connect_like_kubectl(
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Where :func:`connect` found the cluster: the ``kubernetes.client.ApiClient``, the
+    default namespace, and whether it is the Pod's in-cluster configuration."""
+
+    api_client: Any
+    namespace: str
+    in_cluster: bool
+
+
+ConfigOrder = Literal["kubectl", "controller-runtime"]
+
+
+def connect(
     kubeconfig: Path | None = None,
     *,
     context: str | None = None,
     environ: Mapping[str, str] | None = None,
-) -> tuple[Any, str]:
-    """A ``kubernetes.client.ApiClient`` and the default namespace, found as ``kubectl`` finds
-    them (client-go ``clientcmd`` loading rules).
+    order: ConfigOrder = "kubectl",
+) -> Connection:
+    """The cluster configuration, found as ``kubectl`` or controller-runtime finds it.
 
-    Order: ``kubeconfig`` (``--kubeconfig``); else ``$KUBECONFIG`` (a list of files joined
-    by ``os.pathsep``, merged); else ``~/.kube/config`` when it exists; else the in-cluster
-    configuration (service account of a Pod). The namespace is the chosen context's
-    ``namespace`` (``context`` or the current one), else ``default``; in a Pod it is
-    ``$POD_NAMESPACE``, else the service account's namespace file, else ``default``.
+    ``order="kubectl"`` (client-go ``clientcmd`` loading rules; ``preview``): ``kubeconfig``
+    (``--kubeconfig``); else ``$KUBECONFIG`` (a list of files joined by ``os.pathsep``,
+    merged); else ``~/.kube/config`` when it exists; else the in-cluster configuration
+    (service account of a Pod). ``order="controller-runtime"`` (its ``config.GetConfig``;
+    ``serve``): ``kubeconfig``, else ``$KUBECONFIG``, else in-cluster, else
+    ``~/.kube/config``, so a Pod uses its service account even when the image has a
+    ``~/.kube/config``. The namespace is the chosen context's ``namespace`` (``context``
+    or the current one), else ``default``; in a Pod it is ``$POD_NAMESPACE``, else the
+    service account's namespace file, else ``default``.
 
     Raises:
         ConnectError: the kubeconfig cannot be loaded or has no such context (naming the
@@ -642,19 +644,27 @@ def connect_like_kubectl(
     origin = "--kubeconfig"
     if path is None and environ.get("KUBECONFIG"):
         path, origin = environ["KUBECONFIG"], "KUBECONFIG"
+    home = Path(environ.get("HOME") or Path.home()) / ".kube" / "config"
+    if path is None and order == "kubectl" and home.is_file():
+        path, origin = str(home), "kubeconfig"
+    flag = "--kubeconfig PATH" if order == "kubectl" else "--kubeconfig PATH (NODE_IPAM_KUBECONFIG)"
     if path is None:
-        home = Path(environ.get("HOME") or Path.home()) / ".kube" / "config"
-        if home.is_file():
-            path, origin = str(home), "kubeconfig"
-    if path is not None:
-        api_client, chosen = _from_kubeconfig(path, origin=origin, context=context)
-        namespace = ((chosen or {}).get("context") or {}).get("namespace")
-        return api_client, namespace if isinstance(namespace, str) and namespace else "default"
-    api_client = _in_cluster("give --kubeconfig PATH or set KUBECONFIG, create ~/.kube/config,")
-    namespace = environ.get("POD_NAMESPACE", "")
-    if not namespace:
         try:
-            namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-        except OSError:
-            namespace = ""
-    return api_client, namespace or "default"
+            api_client = _in_cluster(f"give {flag} or set KUBECONFIG, create ~/.kube/config,")
+        except ConnectError:
+            if not home.is_file():  # controller-runtime: ~/.kube/config is the last resort
+                raise
+            path, origin = str(home), "kubeconfig"
+        else:
+            namespace = environ.get("POD_NAMESPACE", "")
+            if not namespace:
+                try:
+                    namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+                except OSError:
+                    namespace = ""
+            return Connection(api_client, namespace or "default", in_cluster=True)
+    api_client, chosen = _from_kubeconfig(path, origin=origin, context=context)
+    context_namespace = ((chosen or {}).get("context") or {}).get("namespace")
+    if not isinstance(context_namespace, str) or not context_namespace:
+        context_namespace = "default"
+    return Connection(api_client, context_namespace, in_cluster=False)

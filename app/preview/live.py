@@ -1,7 +1,7 @@
 """``node-ipam-lb preview`` without ``-f``: read the live cluster (docs/design.md §8).
 
 The objects come through the client layer (:mod:`app.kube.client`), found like ``kubectl``
-finds its cluster (:func:`app.kube.client.connect_like_kubectl`), and are then projected
+finds its cluster (:func:`app.kube.client.connect`), and are then projected
 and selected by the same code as a dump (:func:`app.core.dump.project`,
 :func:`app.core.nodeipam.select`). Only what the :class:`~app.preview.run.Scope` needs is
 read: every Node (selection reads them all), and the Services and EndpointSlices of the
@@ -17,7 +17,7 @@ from app.kube.client import (
     ApiError,
     ConnectError,
     KubernetesAPI,
-    connect_like_kubectl,
+    connect,
 )
 from app.preview.run import Scope
 
@@ -38,9 +38,10 @@ class LiveCluster:
         self, *, kubeconfig: Path | None, context: str | None, request_timeout: float = 30.0
     ) -> None:
         try:
-            api_client, self.namespace = connect_like_kubectl(kubeconfig, context=context)
+            found = connect(kubeconfig, context=context)
         except ConnectError as err:
             raise DumpError(str(err)) from err
+        api_client, self.namespace = found.api_client, found.namespace
         self._api = KubernetesAPI(api_client, request_timeout=request_timeout)
         self._host = str(getattr(getattr(api_client, "configuration", None), "host", ""))
 

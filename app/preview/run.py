@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from app.core.dump import Dump, DumpError, DumpViews, load_dump, project
-from app.core.nodeipam import Selection, select
+from app.core.nodeipam import LOCAL, Selection, is_managed, select
 from app.core.options import SelectionSettings
 from app.core.status import ingress_differs
 from app.core.text import elide
@@ -209,6 +209,27 @@ def warning_lines(selections: Sequence[Selection]) -> list[str]:
     return lines
 
 
+DUMP_COMMAND = "kubectl get nodes,services,endpointslices -A -o yaml"
+
+
+def incomplete_dump_warnings(views: DumpViews, settings: SelectionSettings) -> list[str]:
+    """``Warning: ...`` lines (each at most once) for a dump that lacks a kind the answer
+    depends on, which would otherwise read as a confident answer about the cluster: no
+    Node at all (every managed Service ``<pending>``), or no EndpointSlice at all while a
+    managed Service has ``externalTrafficPolicy: Local`` (every such Service "no eligible
+    Node has a ready endpoint", docs/design.md §4.3). Only for files: a live cluster is
+    listed whole."""
+    lines = []
+    if views.services and not views.nodes:
+        lines.append(f"Warning: the input has no Nodes: dump them with {DUMP_COMMAND}")
+    if not views.endpoint_slices and any(
+        svc.external_traffic_policy == LOCAL and is_managed(svc, settings)[0]
+        for svc in views.services
+    ):
+        lines.append(f"Warning: the input has no EndpointSlices: dump them with {DUMP_COMMAND}")
+    return lines
+
+
 DumpSource = Callable[[], Dump]
 """Produces the objects to preview (files, or the live cluster); raises :class:`DumpError`."""
 
@@ -251,16 +272,26 @@ def run_preview(
         return EXIT_UNUSABLE
     for name in dump.empty:
         print(f"Warning: {name}: no Kubernetes objects", file=stderr)
+    if source is None:
+        for line in incomplete_dump_warnings(views, selection_settings):
+            print(line, file=stderr)
+    for line in views.duplicates:
+        print(f"Warning: {line}", file=stderr)
     missing = [
-        (ns or scope.namespace or "default", name)
+        (ns or scope.namespace, name)
         for ns, name in scope.names
         if not any(scope.only(ns, name).wanted(s) for s in views.services)
     ]
     for ns, name in missing:
-        print(
-            f'Error from server (NotFound): services "{name}" not found in namespace "{ns}"',
-            file=stderr,
-        )
+        if source is None:  # files: no server was asked
+            where = f' in namespace "{ns}"' if ns else ""
+            print(f'error: services "{name}" not found{where} in the input', file=stderr)
+        else:
+            print(
+                f'Error from server (NotFound): services "{name}" not found in namespace'
+                f' "{ns or "default"}"',
+                file=stderr,
+            )
     failed = bool(missing)
     selections = preview_dump(
         views, settings=selection_settings, now=time.time() if now is None else now, scope=scope

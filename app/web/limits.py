@@ -1,10 +1,12 @@
 """Bounds on what requests may hold at once (docs/design.md §7.1): body bytes and review threads.
 
 - :class:`BodyBudget`: a byte-weighted semaphore on the event loop. An admission request
-  takes its ``Content-Length`` (or the body cap, without one) before its body is read,
-  and gives it back once answered, so the bodies being read, decoded and decided add up
-  to at most ``capacity`` bytes whatever the mix; a request that cannot get its share
-  within its deadline is answered 503 (its body stays unread in the socket).
+  takes the bytes of its body beyond the first 64 KiB as they arrive (not what
+  ``Content-Length`` declares: a stalled sender holds only what it sent) and gives them
+  back once answered, so the large bodies being read, decoded and decided add up to at
+  most ``capacity`` bytes whatever the mix, and ordinary reviews never wait behind them;
+  a request that cannot grow its share within its deadline is answered 503 (the rest of
+  its body stays unread in the socket).
 - :class:`ReviewPools`: where admission decisions run, apart from the event loop and from
   the thread pool other routes use: ``light`` threads for ordinary reviews; for large
   bodies or long node selectors (at most :data:`HEAVY_QUEUE` queued or running) one
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import signal
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -99,6 +102,16 @@ class BodyBudget:
                 future.set_result(None)
 
 
+def ignore_interrupts() -> None:
+    """Initializer of the review worker process: ignore SIGINT.
+
+    Ctrl-C on ``serve`` sends SIGINT to the whole foreground process group; the worker
+    would die with a ``KeyboardInterrupt`` traceback on stderr, amid the JSON logs. It is
+    the server's to stop: :meth:`ReviewPools.shutdown` ends it, quietly.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class ReviewPools:
     """The admission decision threads and worker process: created on first use, shut down
     with the app."""
@@ -134,6 +147,7 @@ class ReviewPools:
                 self._process = ProcessPoolExecutor(
                     1,
                     mp_context=multiprocessing.get_context("spawn"),
+                    initializer=ignore_interrupts,
                     max_tasks_per_child=WORKER_TASKS,
                 )
             return self._process

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from app.core.pki import KeyPair, generate_ca, generate_serving_cert
+from app.core.pki import KeyPair, check_san, generate_ca, generate_serving_cert
 from app.telemetry import metrics
 
 log = logging.getLogger("node_ipam_lb.tls")
@@ -37,7 +37,14 @@ def write_dev_certs(*, out_dir: Path, dns_names: Sequence[str]) -> KeyPair:
 
     Returns the CA (its key is not written: development certificates are re-generated,
     not renewed).
+
+    Raises:
+        ValueError: a name is neither an IP address nor a DNS subdomain
+            (:func:`app.core.pki.check_san`), or none is given.
+        OSError: ``out_dir`` cannot be written.
     """
+    for name in dns_names:
+        check_san(name)
     out_dir.mkdir(parents=True, exist_ok=True)
     ca = generate_ca()
     serving = generate_serving_cert(ca, dns_names)

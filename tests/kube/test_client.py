@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+from typing import Any
 
 import kubernetes.client
 import pytest
 
-from app.kube.client import ApiError, KubernetesAPI
+from app.kube.client import ApiError, ConnectError, KubernetesAPI, connect
 from tests.controller.support import free_port, node, wait_until
 from tests.fakeapi.server import FakeApiServer
 
@@ -106,3 +108,51 @@ def test_list_items_pages_through_a_namespace_and_reads_one_service(
     assert api.read_service(namespace="default", name="absent") is None
     with pytest.raises(ApiError, match="more than 5 nodes"):
         api.list_items("nodes", page_size=3, max_items=5)
+
+
+def kubeconfig(path: Path, server: str, namespace: str = "default") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{server}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u, namespace: {namespace}}}}}]
+current-context: x
+"""
+    )
+    return path
+
+
+@pytest.mark.parametrize("order", ["kubectl", "controller-runtime"])
+def test_connect_reads_the_flag_then_kubeconfig_variable(tmp_path: Path, order: Any) -> None:
+    # Before: serve ignored $KUBECONFIG (preview read it); one lookup serves both now.
+    env = {
+        "KUBECONFIG": str(kubeconfig(tmp_path / "env", "https://127.0.0.2:6443", "envns")),
+        "HOME": str(tmp_path / "home"),
+    }
+    kubeconfig(tmp_path / "home" / ".kube" / "config", "https://127.0.0.3:6443")
+    found = connect(environ=env, order=order)
+    assert (found.api_client.configuration.host, found.namespace, found.in_cluster) == (
+        "https://127.0.0.2:6443",
+        "envns",
+        False,
+    )
+    flag = kubeconfig(tmp_path / "flag", "https://127.0.0.4:6443")
+    assert connect(flag, environ=env, order=order).api_client.configuration.host == (
+        "https://127.0.0.4:6443"
+    )
+
+
+@pytest.mark.parametrize("order", ["kubectl", "controller-runtime"])
+def test_connect_falls_back_to_the_home_kubeconfig_outside_a_pod(
+    tmp_path: Path, order: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    env = {"HOME": str(tmp_path)}
+    kubeconfig(tmp_path / ".kube" / "config", "https://127.0.0.3:6443")
+    found = connect(environ=env, order=order)
+    assert found.api_client.configuration.host == "https://127.0.0.3:6443"
+    (tmp_path / ".kube" / "config").unlink()
+    with pytest.raises(ConnectError, match="no cluster to talk to: give --kubeconfig PATH"):
+        connect(environ=env, order=order)

@@ -50,12 +50,51 @@ def test_invalid_json(write: Write) -> None:
     assert_one_line_error(run.stderr, path, "invalid JSON", "line 1")
 
 
+@pytest.mark.parametrize("name", ["dump.yaml", "dump.json"])
+def test_an_integer_python_cannot_convert_is_one_error_line(write: Write, name: str) -> None:
+    # Before: "error: Exceeds the limit (4300 digits) ...", naming no file or place.
+    svc = service_obj("big")
+    svc["spec"]["ports"] = [{"port": 1}]
+    text = json.dumps({"apiVersion": "v1", "kind": "List", "items": [svc]}, indent=1)
+    if name == "dump.yaml":
+        text = as_list(svc)
+    path = write(
+        text.replace("port: 1", "port: " + "9" * 5000).replace(
+            '"port": 1', '"port": ' + "9" * 5000
+        ),
+        name,
+    )
+    run = preview("-f", path)
+    assert run.code == 2
+    assert_one_line_error(run.stderr, path, "integer of 5000 digits", "line ", "column ")
+
+
 @pytest.mark.parametrize(
     ("item", "parts"),
     [
         ("just a string", ["items[1]", "not a Kubernetes object (a str)"]),
         ({"metadata": {"name": "x"}}, ["items[1]", "kind: Required value"]),
         ({"kind": "Node", "metadata": {}}, ["items[1] (Node)", "metadata.name: Required value"]),
+        (
+            {"kind": "Node", "metadata": {"name": 12345}},
+            ["items[1] (Node)", "metadata.name: Invalid value: 12345: must be a string"],
+        ),
+        (
+            {"kind": "Node", "metadata": {"name": "n9", "deletionTimestamp": 5}},
+            ["items[1] (Node n9)", "metadata.deletionTimestamp: Invalid value: 5: must be an RFC"],
+        ),
+        (
+            {"kind": "Node", "metadata": {"name": "n9", "deletionTimestamp": []}},
+            ["items[1] (Node n9)", "metadata.deletionTimestamp: Invalid value: []"],
+        ),
+        (
+            {"kind": "Service", "metadata": {"name": "web", "deletionTimestamp": 5}},
+            ["items[1] (Service web)", "metadata.deletionTimestamp: Invalid value: 5"],
+        ),
+        (
+            {"kind": "Service", "metadata": {"name": "web"}, "spec": {"ipFamilies": [4]}},
+            ["items[1] (Service web)", "spec.ipFamilies[0]: Invalid value: 4: must be a string"],
+        ),
         (
             {"kind": "Node", "metadata": {"name": "n9", "labels": {"all": True}}},
             ["items[1] (Node n9)", "metadata.labels[all]: Invalid value: True: must be a string"],
@@ -73,6 +112,11 @@ def test_invalid_json(write: Write) -> None:
         "not an object",
         "no kind",
         "node without name",
+        "name not a string",
+        "deletionTimestamp a number",
+        "deletionTimestamp a list",
+        "service deletionTimestamp a number",
+        "ipFamilies entry not a string",
         "label not a string",
         "spec not an object",
         "endpoints not a list",
@@ -276,3 +320,39 @@ def test_input_no_kubectl_writes_is_one_line_error(
     assert run.code == 2
     assert run.stdout == ""
     assert_one_line_error(run.stderr, path, *parts)
+
+
+@pytest.mark.parametrize("family", ["IPv9", "ipv4"])
+def test_an_unsupported_ip_family_is_named_as_the_api_server_names_it(
+    write: Write, family: str
+) -> None:
+    # Before: "spec.ipFamilies is empty", which it was not.
+    path = write(as_list(node_obj("n1", internal=["10.0.0.1"]), service_obj(families=[family])))
+    run = preview("-f", path)
+    assert run.code == 0
+    assert (
+        f'spec.ipFamilies[0]: Unsupported value: "{family}": supported values: "IPv4", "IPv6"'
+        in run.stderr
+    )
+    assert "is empty" not in run.stderr
+
+
+def test_an_object_given_twice_is_warned_about_once(write: Write) -> None:
+    first = write(as_list(node_obj("n1", internal=["10.0.0.1"]), service_obj("web")), "a.yaml")
+    second = write(as_list(node_obj("n1", internal=["10.0.0.2"])), "b.yaml")
+    run = preview("-f", first, "-f", second, "-f", second)
+    assert run.code == 0
+    warnings = [line for line in run.stderr.splitlines() if "Node n1" in line]
+    assert warnings == [
+        f"Warning: Node n1 is in the input 3 times; the last one ({second}: items[0] (Node n1))"
+        " wins, as a later kubectl apply would overwrite the earlier"
+    ]
+    assert parse_table(run.stdout)[0]["EXTERNAL-IP"] == "10.0.0.2"
+
+
+def test_a_named_service_missing_from_the_files_is_not_a_server_error(write: Write) -> None:
+    path = write(as_list(node_obj("n1", internal=["10.0.0.1"]), service_obj("web")))
+    run = preview("-f", path, "x")
+    assert run.code == 1
+    assert run.stderr == 'error: services "x" not found in the input\n'
+    assert "server" not in preview("-f", path, "shop/x").stderr

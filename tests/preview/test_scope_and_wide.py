@@ -68,9 +68,7 @@ def test_a_missing_name_is_not_found_with_exit_1(write: Write) -> None:
     run = preview("-f", two_namespaces(write), "shop/web", "shop/nope")
     assert run.code == 1
     assert names(run.stdout) == ["shop/web"]
-    assert 'Error from server (NotFound): services "nope" not found in namespace "shop"' in (
-        run.stderr
-    )
+    assert 'error: services "nope" not found in namespace "shop" in the input' in run.stderr
 
 
 def test_wide_shows_current_ingress_the_change_and_the_node_summary(write: Write) -> None:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import signal
 import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +26,7 @@ from app.config import Settings
 from app.web.app import create_app
 from app.web.auth import AccessError, KubernetesAuthorizer
 from app.web.connections import CappedListener, protocol_class
-from app.web.limits import LIGHT_THREADS, BodyBudget, Overloaded
+from app.web.limits import LIGHT_THREADS, BodyBudget, Overloaded, ReviewPools
 from app.web.routes import deps
 from tests.core.admission.builders import node, review, service
 from tests.web.conftest import AppClient, FakeCache, FakeController
@@ -414,3 +417,93 @@ def test_a_dead_review_worker_is_a_503_and_replaced() -> None:
         assert pools.apart(int, "42", timeout=60) == 42
     finally:
         pools.shutdown()
+
+
+def stalled_request(
+    app: Any, declared: int, first: bytes, release: asyncio.Event, statuses: list[int]
+) -> Any:
+    """POST /validate declaring ``declared`` bytes, sending ``first`` and then nothing until
+    ``release`` is set (the ASGI call; ``statuses`` receives the response status)."""
+    sent = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        sent += 1
+        if sent == 1:
+            return {"type": "http.request", "body": first, "more_body": True}
+        await release.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "https", "path": "/validate", "raw_path": b"/validate", "query_string": b"",
+        "headers": [(b"content-type", b"application/json"),
+                    (b"content-length", str(declared).encode())],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 9443), "state": {}, "app": app,
+    }  # fmt: skip
+    return app(scope, receive, send)
+
+
+def test_stalled_large_bodies_hold_only_what_they_sent_and_never_delay_small_reviews() -> None:
+    # Before: two bodies declaring 4 MiB and sending one byte took the whole 8 MiB budget
+    # by their Content-Length; every ordinary review then waited 2 s for a 503.
+    app = create_app(Settings(auth="none"))
+    budget = app.state.node_ipam.limits.budget
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+        stalled: list[int] = []
+        big = budget.capacity // 2
+        tasks = [
+            asyncio.ensure_future(stalled_request(app, big, b"{", release, stalled))
+            for _ in range(2)
+        ]
+        # A third sends 1 MiB past the free 64 KiB and stalls: it holds exactly that.
+        sent = b" " * (1024 * 1024 + 64 * 1024)
+        tasks.append(asyncio.ensure_future(stalled_request(app, big, sent, release, stalled)))
+        await until(lambda: budget.used == 1024 * 1024)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="https://t") as client:
+            began = time.monotonic()
+            response = await client.post("/validate", content=managed_review(1), headers=JSON)
+            assert response.status_code == 200, response.text
+            assert time.monotonic() - began < 1.5  # never waited for the 2 s deadline
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        assert budget.used == 0  # every share given back
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        app.state.node_ipam.limits.pools.shutdown()
+
+
+def test_small_reviews_never_wait_on_a_full_byte_budget() -> None:
+    app = create_app(Settings(auth="none"))
+    budget = app.state.node_ipam.limits.budget
+    budget.used = budget.capacity  # large bodies in progress hold it all
+    with AppClient(app) as client:
+        response = client.post("/validate", content=managed_review(2), headers=JSON)
+    assert response.status_code == 200, response.text
+
+
+def test_ctrl_c_leaves_the_review_worker_quiet_and_alive(capfd: pytest.CaptureFixture[str]) -> None:
+    # Before: Ctrl-C (SIGINT to the process group) printed the worker's KeyboardInterrupt
+    # traceback amid serve's JSON logs, and broke the pool.
+    pools = ReviewPools()
+    try:
+        worker = pools.apart(os.getpid, timeout=30)
+        assert worker != os.getpid()
+        status = Path(f"/proc/{worker}/status").read_text()
+        ignored = int(status.split("SigIgn:")[1].split()[0], 16)
+        assert ignored & (1 << (signal.SIGINT - 1)), "the worker does not ignore SIGINT"
+        os.kill(worker, signal.SIGINT)
+        time.sleep(0.5)  # a worker that does not ignore SIGINT is dead by now
+        assert pools.apart(os.getpid, timeout=30) == worker
+    finally:
+        pools.shutdown()
+    assert "KeyboardInterrupt" not in capfd.readouterr().err

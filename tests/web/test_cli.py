@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import stat
 import subprocess
 import sys
@@ -15,7 +16,8 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.config import Settings
-from app.server import leader_identity
+from app.server import StartupError, leader_identity, listen, tls_context
+from tests.controller.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["--auth", "basic"], {}, "--auth (NODE_IPAM_AUTH)"),
         (["--tls-cert-file", "/tmp/x.crt"], {}, "must be given together"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], {}, "--kubeconfig /nonexistent/kubeconfig"),
+        ([], {"KUBECONFIG": "/nonexistent/kc"}, "KUBECONFIG /nonexistent/kc: cannot load"),
         ([], {}, "no cluster to talk to: give --kubeconfig PATH"),
         (
             [],
@@ -64,6 +67,7 @@ ROOT = Path(__file__).resolve().parents[2]
         "unknown auth mode",
         "certificate without key",
         "missing kubeconfig",
+        "serve reads $KUBECONFIG like preview",
         "neither kubeconfig nor in-cluster config",
         "lease shorter than the renew deadline",
         "renew deadline flags within one jittered retry",
@@ -73,8 +77,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_serve_start_up_error_is_one_line_and_exit_2(
     args: list[str], env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+    for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG"):
         monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent")  # no ~/.kube/config either
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     result = CliRunner().invoke(cli, ["serve", *args])
@@ -113,6 +118,40 @@ def test_serve_start_up_error_is_one_line_and_exit_2(
 def test_settings_refuse_inconsistent_timings(timings: dict[str, float], message: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(message)):
         Settings(**timings)
+
+
+NON_FINITE = ["inf", "-inf", "nan", "1e12"]
+SECONDS_FLAGS = [
+    "--request-timeout-seconds",
+    "--request-head-timeout-seconds",
+    "--idle-timeout-seconds",
+    "--lease-duration-seconds",
+    "--renew-deadline-seconds",
+    "--retry-period-seconds",
+    "--not-ready-grace-seconds",
+    "--review-deadline-seconds",
+    "--cluster-check-seconds",
+    "--ca-validity-seconds",
+    "--cert-validity-seconds",
+    "--cert-renew-before-seconds",
+    "--cert-check-interval-seconds",
+]
+
+
+@pytest.mark.parametrize("value", NON_FINITE)
+@pytest.mark.parametrize("flag", SECONDS_FLAGS)
+def test_every_seconds_setting_is_finite_and_bounded(
+    flag: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: --request-timeout-seconds inf started, then every API request failed
+    # ("timestamp out of range for platform time_t") while /healthz said ok.
+    for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    result = CliRunner().invoke(cli, ["serve", flag, value])
+    assert result.exit_code == 2, result.output
+    variable = "NODE_IPAM_" + flag.removeprefix("--").replace("-", "_").upper()
+    assert f"invalid setting: {flag} ({variable}): " in result.output
+    assert "Traceback" not in result.output
 
 
 def test_settings_accept_client_go_default_and_tight_timings() -> None:
@@ -216,3 +255,81 @@ def test_help_at_80_columns_shows_every_option_name_in_full(
     assert "…" not in result.output
     for option in options:
         assert f"{option} " in result.output or f"{option}\n" in result.output, option
+
+
+def test_a_bad_bind_address_is_named_as_such_not_as_a_taken_port() -> None:
+    # Before: "cannot listen: Name or service not known (is another process using port N?)".
+    with pytest.raises(StartupError) as err:
+        listen(Settings(bind_address="999.1.1.1", port=free_port()))
+    assert "--bind-address 999.1.1.1" in str(err.value)
+    assert "not a valid IP address" in str(err.value)
+    assert "another process" not in str(err.value)
+
+
+def test_a_taken_port_asks_about_another_process() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(StartupError, match=f"is another process using port {port}"):
+            listen(Settings(bind_address="127.0.0.1", port=port))
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [("cert", "--tls-cert-file {}: not a PEM certificate"),
+     ("key", "--tls-private-key-file {}: not a PEM private key")],
+)  # fmt: skip
+def test_a_file_that_is_not_pem_is_named(tmp_path: Path, bad: str, message: str) -> None:
+    # Before: "cannot load the key pair: [SSL] PEM lib (_ssl.c:3905)", naming neither file.
+    run = CliRunner().invoke(
+        cli, ["certs", "generate", "--dns-name", "x.example", "--out", str(tmp_path)]
+    )
+    assert run.exit_code == 0, run.output
+    files = {"cert": tmp_path / "tls.crt", "key": tmp_path / "tls.key"}
+    files[bad].write_text("this is not PEM\n")
+    settings = Settings(tls_cert_file=files["cert"], tls_private_key_file=files["key"])
+    with pytest.raises(StartupError) as err:
+        tls_context(settings, workdir=tmp_path)
+    assert message.format(files[bad]) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--load-balancer-class", "not a class!!"], "load-balancer-class: Invalid value"),
+        (["--load-balancer-class", "a/b/c"], "load-balancer-class: Invalid value"),
+        (["--match-node-labels-annotation", ""], "match-node-labels-annotation: Invalid value"),
+        (["--match-node-labels-annotation", "x/"], "name part must be non-empty"),
+    ],
+)
+def test_class_and_annotation_must_be_qualified_names(args: list[str], message: str) -> None:
+    # The API server accepts only a qualified name in spec.loadBalancerClass and as an
+    # annotation key; any other value could never match a Service.
+    for command in ("serve", "preview"):
+        result = CliRunner().invoke(
+            cli, [command, *args, "-f", "-"][: 3 if command == "serve" else 5]
+        )
+        assert result.exit_code == 2, result.output
+        assert message in result.output
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"load_balancer_class": "example.com/lb"}, {"match_node_labels_annotation": "Example.com/M"}],
+)
+def test_qualified_class_and_annotation_are_accepted(settings: dict[str, str]) -> None:
+    Settings(**settings).selection()
+
+
+@pytest.mark.parametrize(("name", "reason"), [("bad name!!", "RFC 1123 subdomain"), ("", "empty")])
+def test_certs_generate_refuses_a_name_a_certificate_cannot_hold(
+    tmp_path: Path, name: str, reason: str
+) -> None:
+    result = CliRunner().invoke(
+        cli, ["certs", "generate", "--dns-name", name, "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 2
+    assert f"DNS name {name!r}: Invalid value: not an IP address" in result.output
+    assert reason in result.output
+    assert not (tmp_path / "o").exists()

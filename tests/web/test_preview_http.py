@@ -106,6 +106,19 @@ NOT_A_SERVICE = [
     ("no name", b"apiVersion: v1\nkind: Service\nmetadata: {namespace: a}\n", "name"),
     ("spec is a list", b"apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: []\n", "spec"),
     ("non-UTF-8", b"apiVersion: v1\nkind: \xff\n", "not UTF-8"),
+    (
+        "YAML integer of 5000 digits",
+        b"apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec:\n  ports:\n  - port: "
+        + b"9" * 5000,
+        "invalid YAML: integer of 5000 digits: more than 4300 digits",
+    ),
+    (
+        "JSON integer of 5000 digits",
+        b'{"apiVersion": "v1", "kind": "Service", "spec": {"ports": [{"port": '
+        + b"9" * 5000
+        + b"}]}}",
+        "invalid JSON: integer of 5000 digits",
+    ),
 ]
 
 

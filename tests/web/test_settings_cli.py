@@ -5,6 +5,9 @@ named with the closest known one, ``preview`` reads the same variables as ``serv
 from __future__ import annotations
 
 import importlib.metadata
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +92,21 @@ def test_help_shows_the_default_of_every_setting(command: str, config: type[Sett
     assert "[default: (9443)]" in shown or command == "preview"
     assert "[default: (lbipam)]" in shown
     assert "[default: (false)]" in shown
+
+
+def test_help_shows_each_default_once() -> None:
+    # Before: "(default 512)  [default: (512)]".
+    shown = CliRunner().invoke(cli, ["serve", "--help"], terminal_width=400).stdout
+    assert "[default: (512)]" in shown
+    assert re.search(r"\(default \d", shown) is None, shown
+
+
+def test_the_kubectl_plugin_names_itself_as_kubectl_runs_it() -> None:
+    script = Path(sys.executable).with_name("kubectl-node_ipam")
+    assert script.is_file(), "pyproject.toml installs the kubectl-node_ipam script"
+    done = subprocess.run(
+        [str(script), "preview", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: kubectl node-ipam preview "), done.stdout
+    assert "kubectl-node_ipam" not in done.stdout

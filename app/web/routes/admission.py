@@ -1,7 +1,8 @@
 """``POST /validate`` and ``POST /mutate``: AdmissionReview v1 in, AdmissionReview v1 out.
 
-Thin shell over :mod:`app.core.admission`: take the body's share of the byte budget, read
-the body on the event loop (413 past the cap, by ``Content-Length`` first, then by count);
+Thin shell over :mod:`app.core.admission`: read the body on the event loop (415 unless
+``application/json``; 413 past the cap, by ``Content-Length`` first, then by count; 408
+when not received within 10 s), taking its share of the byte budget as it arrives;
 decode it (400 with a reason for anything that is not an AdmissionReview, like
 controller-runtime's webhook server, including strings that are not valid Unicode and the
 non-numbers ``NaN``/``Infinity``/``1e999`` Go rejects), take a snapshot of the live cache
@@ -33,7 +34,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.core import admission
-from app.core.dump import lone_surrogate
+from app.core.dump import lone_surrogate, long_integer
 from app.core.options import SelectionSettings
 from app.core.selection_memo import NotMemoised
 from app.core.views import ServiceView
@@ -44,8 +45,10 @@ from app.web.routes.deps import (
     MAX_BODY_BYTES,
     AppState,
     BodyError,
+    BodyTimeout,
     BodyTooLarge,
     State,
+    UnsupportedMediaType,
     declared_length,
     media_type,
     read_body,
@@ -93,7 +96,9 @@ _OPENAPI = {
     "responses": {
         "200": {"description": "AdmissionReview v1 with `response` (uid echoed)"},
         "400": {"description": "The body is not an AdmissionReview; `detail` says why"},
+        "408": {"description": "The body was not received within 10 s"},
         "413": {"description": "The body exceeds the cap (`detail` says it)"},
+        "415": {"description": "Content-Type is not application/json"},
         "503": {"description": "Overloaded: not decided within the deadline; retry"},
     },
 }
@@ -116,27 +121,29 @@ async def _review(request: Request, state: AppState, *, path: str) -> JSONRespon
     deadline = started + state.settings.review_deadline_seconds
     try:
         if media_type(request) != "application/json":
-            raise BodyError(
+            raise UnsupportedMediaType(
                 f"Content-Type: Unsupported value: {request.headers.get('content-type', '')!r}:"
                 " supported value: application/json"
             )
         declared = declared_length(request, limit=MAX_BODY_BYTES)
-        weight = declared or MAX_BODY_BYTES
-        budget = state.limits.budget
-        await budget.acquire(weight, timeout=max(0.0, deadline - time.perf_counter()))
+        share = _BudgetShare(state.limits.budget, deadline)
         slot = _HeavySlot(state.limits.heavy)
         try:
-            if weight > INLINE_BODY_BYTES:  # a large review: wait for a slot before reading
+            if (declared or 0) > INLINE_BODY_BYTES:  # large: wait for a slot before reading
                 await slot.take(deadline)
-            raw = await read_body(request)
+            raw = await read_body(request, received=share.grow)
             review, decision, response = await _decide_off_loop_if_needed(
                 raw, state, path=path, deadline=deadline, slot=slot
             )
         finally:
-            budget.release(weight)
+            share.release()
             slot.give_back()
     except BodyTooLarge as err:
         return _rejected(path, started, reason=str(err), status=413)
+    except BodyTimeout as err:
+        return _rejected(path, started, reason=str(err), status=408)
+    except UnsupportedMediaType as err:
+        return _rejected(path, started, reason=str(err), status=415)
     except Overloaded as err:
         return _rejected(path, started, reason=f"overloaded: {err}", status=503)
     except (BodyError, admission.ReviewError) as err:
@@ -171,6 +178,34 @@ def _rejected(path: str, started: float, *, reason: str, status: int = 400) -> J
 
 
 Answer = tuple[admission.AdmissionRequest, admission.Decision, JSONResponse]
+
+
+class _BudgetShare:
+    """A review's share of the byte budget (:class:`~app.web.limits.BodyBudget`), grown
+    as its body arrives: the first :data:`INLINE_BODY_BYTES` are free (so an ordinary
+    review never waits behind large bodies in progress; at most ``max_connections`` x
+    64 KiB in all), every byte beyond is taken before the next chunk is read. A sender
+    that declares 4 MiB and stalls holds what it sent, not what it declared
+    (docs/design.md §7.1)."""
+
+    def __init__(self, budget: BodyBudget, deadline: float) -> None:
+        self._budget = budget
+        self._deadline = deadline
+        self.held = 0
+
+    async def grow(self, received: int) -> None:
+        """Hold ``received - INLINE_BODY_BYTES`` bytes (raises Overloaded by the deadline)."""
+        needed = received - INLINE_BODY_BYTES - self.held
+        if needed > 0:
+            timeout = max(0.0, self._deadline - time.perf_counter())
+            await self._budget.acquire(needed, timeout=timeout)
+            self.held += needed
+
+    def release(self) -> None:
+        """Give back all that is held (once)."""
+        held, self.held = self.held, 0
+        if held:
+            self._budget.release(held)
 
 
 class _HeavySlot:
@@ -379,8 +414,12 @@ def _decode(raw: bytes) -> Any:
         raise BodyError(f"body: Invalid value: not UTF-8 (byte {err.start})") from err
     except RecursionError as err:
         raise BodyError("body: Invalid value: JSON nested too deeply") from err
-    except ValueError as err:
+    except json.JSONDecodeError as err:
         raise BodyError(f"body: Invalid value: not JSON: {err}") from err
+    except _NotANumber as err:
+        raise BodyError(f"body: Invalid value: not JSON: {err}") from err
+    except ValueError as err:  # int(): an integer of more than 4300 digits
+        raise BodyError(f"body: Invalid value: not JSON: {long_integer(text) or err}") from err
     if "\\u" in text and (field := lone_surrogate(body)) is not None:
         raise BodyError(
             f"{field or 'body'}: Invalid value: not valid Unicode (lone UTF-16 surrogate)"
@@ -388,14 +427,18 @@ def _decode(raw: bytes) -> Any:
     return body
 
 
+class _NotANumber(ValueError):
+    """``NaN``, ``Infinity`` or a float64 overflow in the body."""
+
+
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number (RFC 8259; Go's encoding/json rejects it)")
+    raise _NotANumber(f"{name} is not a JSON number (RFC 8259; Go's encoding/json rejects it)")
 
 
 def _finite_float(text: str) -> float:
     number = float(text)
     if math.isinf(number):
-        raise ValueError(f"number {text[:40]} overflows a float64 (Go's encoding/json rejects it)")
+        raise _NotANumber(f"number {text[:40]} overflows a float64 (Go's encoding/json rejects it)")
     return number
 
 

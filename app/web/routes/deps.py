@@ -7,7 +7,7 @@ tests can hand in in-memory stand-ins (fakes over mocks).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
@@ -129,6 +129,16 @@ class BodyTooLarge(BodyError):
     """The request body exceeds the route's limit (HTTP 413 where the route says so)."""
 
 
+class BodyTimeout(BodyError):
+    """The request body did not arrive within :data:`BODY_READ_SECONDS` (HTTP 408 Request
+    Timeout, RFC 9110 §15.5.9: the server gave up waiting for the request)."""
+
+
+class UnsupportedMediaType(BodyError):
+    """The request's ``Content-Type`` is not one the route reads (HTTP 415, RFC 9110
+    §15.5.16)."""
+
+
 def declared_length(request: Request, *, limit: int = MAX_BODY_BYTES) -> int | None:
     """The request's ``Content-Length`` (``None`` without one).
 
@@ -143,16 +153,25 @@ def declared_length(request: Request, *, limit: int = MAX_BODY_BYTES) -> int | N
     return int(declared)
 
 
-async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES) -> bytes:
+async def read_body(
+    request: Request,
+    *,
+    limit: int = MAX_BODY_BYTES,
+    received: Callable[[int], Awaitable[None]] | None = None,
+) -> bytes:
     """Read the body, refusing more than ``limit`` bytes or a sender slower than 10 s.
 
     ``Content-Length`` is checked before reading; without it the bytes are counted as
     they arrive and reading stops at the first chunk past ``limit`` (the rest is never
-    read, so an oversized body costs at most ``limit`` plus one chunk).
+    read, so an oversized body costs at most ``limit`` plus one chunk). ``received``, when
+    given, is awaited with the byte count so far after each chunk arrives (before the
+    next is read): the admission routes grow their share of the byte budget there, so a
+    sender holds what it sent, not what it declared (docs/design.md §7.1).
 
     Raises:
         BodyTooLarge: too large (by ``Content-Length`` or by count).
-        BodyError: too slow.
+        BodyTimeout: not received within :data:`BODY_READ_SECONDS`.
+        Exception: whatever ``received`` raised.
     """
     declared_length(request, limit=limit)
     chunks: list[bytes] = []
@@ -164,8 +183,10 @@ async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES) -> bytes:
                 if size > limit:
                     raise BodyTooLarge(f"body: Too long: more than {limit} bytes")
                 chunks.append(chunk)
+                if received is not None:
+                    await received(size)
     except TimeoutError as err:
-        raise BodyError(f"body: not received within {BODY_READ_SECONDS:g} s") from err
+        raise BodyTimeout(f"body: not received within {BODY_READ_SECONDS:g} s") from err
     return b"".join(chunks)
 
 

@@ -25,6 +25,7 @@ from app.core.views import ServiceView, ViewError, service_view
 from app.web.routes.deps import (
     AppState,
     BodyError,
+    BodyTimeout,
     BodyTooLarge,
     CacheLike,
     Protected,
@@ -299,6 +300,8 @@ async def _manifest_text(request: Request) -> str:
         raw = await read_body(request, limit=MAX_MANIFEST_BYTES)
     except BodyTooLarge as err:
         raise HTTPException(413, detail=str(err)) from err
+    except BodyTimeout as err:
+        raise HTTPException(408, detail=str(err)) from err
     except BodyError as err:
         raise HTTPException(422, detail=str(err)) from err
     try:
