@@ -42,13 +42,14 @@ class NodeIndex:
     Node snapshot and share it between threads; never mutate the NodeViews it holds.
     """
 
-    __slots__ = ("_lock", "_memo", "_memo_size", "_mismatch", "nodes")
+    __slots__ = ("_by_name", "_lock", "_memo", "_memo_size", "_mismatch", "nodes")
 
     def __init__(self, nodes: Iterable[NodeView]) -> None:
         self.nodes: tuple[NodeView, ...] = tuple(nodes)
         self._memo: dict[Selector, array[int]] = {}
         self._memo_size = 0
         self._mismatch: tuple[NodeVerdict, ...] | None = None
+        self._by_name: dict[str, tuple[int, ...]] | None = None
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -81,6 +82,19 @@ class NodeIndex:
                 ):
                     self._memo_size -= len(self._memo.pop(next(iter(self._memo))))
         return found
+
+    def positions(self, names: Iterable[str]) -> list[int]:
+        """Positions in :attr:`nodes` of the Nodes named in ``names``, ascending (a name
+        held by no Node is skipped; a name held by several Nodes, possible only in a plain
+        list handed to ``select``, gives each). The name map is built once per index."""
+        by_name = self._by_name
+        if by_name is None:
+            built: dict[str, list[int]] = {}
+            for i, node in enumerate(self.nodes):
+                built.setdefault(node.name, []).append(i)
+            by_name = {name: tuple(found) for name, found in built.items()}
+            self._by_name = by_name
+        return sorted(i for name in names for i in by_name.get(name, ()))
 
     def memoised(self) -> int:
         """How many selectors the memo holds now (at most :data:`MAX_MEMOISED_SELECTORS`)."""
