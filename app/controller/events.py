@@ -189,10 +189,14 @@ class EventRecorder:
         self._cond = threading.Condition()
         self._queue: deque[_Queued] = deque()
         self._busy = False
-        self._last: dict[tuple[str, str], ServiceEvent] = {}
+        # Per Service (``namespace/name``): the last Event said per slot.
+        self._last: dict[str, dict[str, ServiceEvent]] = {}
         self._tokens: dict[str, tuple[float, float]] = {}
         # Sender-side state (only the sending thread, or flush(), touches it).
         self._series: dict[SeriesKey, _Series] = {}
+        # (namespace, name) of every Service with a series (a superset: kept on failures),
+        # so forgetting a Service without one scans nothing.
+        self._series_services: set[tuple[str, str]] = set()
         self._term = 0
         self._primed_term = -1
         self._core_v1 = False
@@ -216,21 +220,24 @@ class EventRecorder:
         sending (so the next real change is compared against it). Returns True when the
         Event was queued; False when nothing changed, ``record_only``, or it was dropped
         (spam filter, full queue: counted in ``node_ipam_lb_events_dropped_total``)."""
-        key = (f"{namespace}/{name}", slot)
+        service = f"{namespace}/{name}"
         with self._cond:
-            if self._last.get(key) == event:
+            said = self._last.get(service)
+            if said is None:
+                said = self._last[service] = {}
+            elif said.get(slot) == event:
                 return False
-            self._last[key] = event
+            said[slot] = event
             if record_only:
                 return False
-            cause = self._admit(key[0])
+            cause = self._admit(service)
             if cause is None:
                 self._queue.append(_Queued(namespace, name, event, self._clock(), self._term))
                 self._cond.notify()
                 return True
             if cause == "queue_full":
                 # Not said: a later reconcile of this Service may say it again.
-                del self._last[key]
+                del said[slot]
         metrics.EVENTS_DROPPED.labels(cause).inc()
         return False
 
@@ -251,15 +258,16 @@ class EventRecorder:
         """Forget what was last said in ``slot`` of Service ``namespace/name`` (the
         condition ended: when it comes back it is said again)."""
         with self._cond:
-            self._last.pop((f"{namespace}/{name}", slot), None)
+            said = self._last.get(f"{namespace}/{name}")
+            if said is not None:
+                said.pop(slot, None)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop the memory of Service ``namespace/name`` (it was deleted): what was said,
         its spam bucket and its series (a re-created Service gets new Events)."""
         service = f"{namespace}/{name}"
         with self._cond:
-            for key in [k for k in self._last if k[0] == service]:
-                del self._last[key]
+            self._last.pop(service, None)
             self._tokens.pop(service, None)
             self._queue.append(_Queued(namespace, name, _FORGET, 0.0, self._term))
             self._cond.notify()
@@ -355,6 +363,9 @@ class EventRecorder:
 
     def _send(self, item: _Queued) -> None:
         if item.event is _FORGET:
+            if (item.namespace, item.name) not in self._series_services:
+                return
+            self._series_services.discard((item.namespace, item.name))
             gone = [k for k in self._series if k[0] == item.namespace and k[1] == item.name]
             for old in gone:
                 del self._series[old]
@@ -381,6 +392,7 @@ class EventRecorder:
             self._failed(item.namespace, item.name, item.event.reason, "creating", err)
             return
         metrics.EVENTS_EMITTED.labels(item.event.reason, "success").inc()
+        self._series_services.add((item.namespace, item.name))
         self._series[key] = _Series(
             name=name,
             api_version=api_version,
@@ -476,6 +488,7 @@ class EventRecorder:
                 return
             log_event(LOG, "listing earlier events failed", level=logging.WARNING, error=str(err))
         self._series = {key: series for key, (_, series) in found.items()}
+        self._series_services = {(key[0], key[1]) for key in self._series}
         log_event(LOG, "event series primed", events=len(self._series))
 
     @staticmethod
