@@ -19,8 +19,13 @@ per-object spam filter of ``tools/record``):
   Unlike client-go, whose cache only knows Events of its own process, the cache is primed
   at the first send of every leadership term from one List of this controller's Warning
   Events (``fieldSelector=reportingController=...,type=Warning``), so an unchanged
-  Warning after a restart or failover updates the Event the last term created instead of
-  creating another (7 starts with one bad selector: one Event, ``series.count`` 7).
+  Warning after a restart or failover is never created again. Whether the start writes
+  at all (docs/design.md §5): a Warning whose listed Event was last observed less than
+  ``series_refresh_seconds`` (30 min) before is the same occurrence still holding, and
+  nothing is sent (a restart of a synced cluster writes no Event); an older one gets a
+  series update (``count`` + 1, ``lastObservedTime`` now), as client-go's refresh would
+  send a series that kept occurring, so the Event shows the condition still holds and does
+  not age out (``--event-ttl``). Within a term, every repeat is a new occurrence.
   Normal Events (``IPsAssigned``) are not listed: one only accompanies a status write,
   which a restart of a synced cluster never makes, so the List stays small. A series
   whose Event is gone (404, e.g. the 1 h ``--event-ttl``) is created again, as
@@ -145,6 +150,7 @@ class _Series:
     last_observed: float
     first_observed: float
     patched: bool  # a series update was sent in this process (later ones wait for refresh)
+    listed: bool = False  # primed from the List and not yet observed in this term
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +386,12 @@ class EventRecorder:
         if series is None:
             self._create(item, note, key)
             return
+        if series.listed:
+            series.listed = False
+            if item.observed - series.last_observed < self._refresh:
+                # The condition the Event records still holds at this term's start and
+                # the Event is recent: the same occurrence, not a new one. Nothing to say.
+                return
         series.count += 1
         series.last_observed = item.observed
         if not series.patched:
@@ -531,6 +543,7 @@ class EventRecorder:
             last_observed=last,
             first_observed=first,
             patched=False,
+            listed=True,
         )
         return series_key, (last, entry)
 
