@@ -59,16 +59,19 @@ def canonical_ip(text: str) -> tuple[str, str, int] | None:
 
 @dataclass(frozen=True, slots=True)
 class NodeAddress:
-    """One usable node address; ``value`` (the integer form) is derived for numeric order."""
+    """One usable node address; ``value`` is the integer form (numeric order), derived from
+    ``ip`` unless given (``node_view`` passes the value it parsed, so each address is
+    parsed once)."""
 
     type: str  # "ExternalIP" | "InternalIP"
     ip: str  # canonical text
     family: str  # "IPv4" | "IPv6"
-    value: int = field(init=False, compare=False, repr=False)
+    value: int = field(default=-1, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        parsed = canonical_ip(self.ip)
-        object.__setattr__(self, "value", parsed[2] if parsed else 0)
+        if self.value < 0:
+            parsed = canonical_ip(self.ip)
+            object.__setattr__(self, "value", parsed[2] if parsed else 0)
 
 
 def _mask(entries: tuple[tuple[int, int, str], ...]) -> int:
@@ -236,7 +239,7 @@ def _addresses(raw: list[Any]) -> tuple[tuple[NodeAddress, ...], tuple[str, ...]
         if parsed is None:
             bad.append(text if isinstance(text, str) else repr(text))
             continue
-        good.append(NodeAddress(type=entry["type"], ip=parsed[0], family=parsed[1]))
+        good.append(NodeAddress(entry["type"], parsed[0], parsed[1], parsed[2]))
     return tuple(good), tuple(bad)
 
 
