@@ -176,6 +176,14 @@ class Outcome:
         )
 
 
+SELECTION_FIELDS = tuple(
+    f.name for f in dataclasses.fields(ServiceView) if f.name not in ("ingress", "resource_version")
+)
+"""The ServiceView fields a Selection can depend on (all but the status and the version)."""
+SHARED_FIELDS = tuple(name for name in SELECTION_FIELDS if name not in ("namespace", "name"))
+"""The fields that key a shared Outcome (``select`` reads the namespace and the name only
+to pick the EndpointSlices of an eTP=Local Service, and those are never shared)."""
+
 MAX_SHARED = 4096
 """Distinct selection inputs whose Outcome is kept per Node snapshot (then it is cleared)."""
 
@@ -193,7 +201,7 @@ class SharedSelections:
         self._settings = settings
         self._lock = threading.Lock()
         self._index: object | None = None
-        self._outcomes: dict[ServiceView, Outcome] = {}
+        self._outcomes: dict[tuple[Any, ...], Outcome] = {}
 
     def outcome(
         self,
@@ -205,9 +213,7 @@ class SharedSelections:
         """The Outcome of ``select`` for ``service`` (see the class docstring)."""
         if service.external_traffic_policy == "Local":
             return self._select(service, index, endpoint_slices, now)
-        key = dataclasses.replace(
-            service, namespace="", name="", ingress=None, resource_version=None
-        )
+        key = tuple([getattr(service, name) for name in SHARED_FIELDS])
         with self._lock:
             if self._index is not index:
                 self._index = index
@@ -284,9 +290,7 @@ class Reconciler:
             written = self._written.get(service_key(new.namespace, new.name))
         if written is None or ingress_differs(written[1], new.ingress):
             return False
-        return dataclasses.replace(old, ingress=None, resource_version=None) == (
-            dataclasses.replace(new, ingress=None, resource_version=None)
-        )
+        return all(getattr(old, name) == getattr(new, name) for name in SELECTION_FIELDS)
 
     def reconcile(self, key: str) -> float | None:
         """Bring Service ``key`` (``namespace/name``) to its desired status.
