@@ -2,8 +2,11 @@
 
 :func:`is_managed` decides whether a Service is ours (§3); :func:`select` computes its
 ordered ``status.loadBalancer.ingress`` plus a verdict per node and Service-level
-warnings (§4). The reconciler, the preview API, ``node-ipam-lb preview`` and the
-admission warnings all call these two functions and nothing else.
+warnings (§4). The preview API, ``node-ipam-lb preview`` and the admission warnings call
+these two functions and nothing else. The reconciler first calls :func:`summarise`, the
+same rules without the per-node verdicts (it shares every step with :func:`select` but the
+walk to the candidates, and equals it wherever it answers: tests/core/test_summarise.py),
+and :func:`select` whenever the outcome needs the verdicts.
 
 Hot-path notes (target: 5,000 nodes well under 5 ms): addresses are parsed once in
 :func:`app.core.views.node_view`; selectors are parsed once per text (``parse_cached``);
