@@ -11,8 +11,9 @@ time from start to ready (``/readyz``) and to quiet (no reconcile for a second w
 empty queue), peak RSS; then every status is checked again.
 
 Targets: 0 writes, 0 Events, ``serve`` CPU ≤ 4 s, quiet ≤ 6 s after start. The output ends
-with one line ``restart: writes N events N cpu X.X s quiet Y.Y s`` (events: Events
-created; series updates of Events that still hold are printed on the line before).
+with one line ``restart: writes N events N cpu X.X s quiet Y.Y s``: writes are status
+writes, events are Event writes of any kind (creates plus series PATCHes; the line before
+gives each).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ class Restart:
     """Figures of one restart (times in seconds from the new process's start)."""
 
     writes: int
-    events: int
+    created: int
     series: int
     cpu: float
+    cpu_ready: float
     ready_after: float
     quiet_after: float
     reconciles: int
@@ -56,8 +58,13 @@ class Restart:
     mismatched: list[str]
     unmanaged_written: int
 
+    @property
+    def events(self) -> int:
+        """Event writes of any kind: created plus series updated."""
+        return self.created + self.series
+
     def line(self) -> str:
-        """The one-line summary."""
+        """The one-line summary (events: Event writes of any kind)."""
         return (
             f"restart: writes {self.writes} events {self.events}"
             f" cpu {self.cpu:.1f} s quiet {self.quiet_after:.1f} s"
@@ -94,6 +101,7 @@ def restart(
     spy = PySpy(pid=serve.process.pid, out=workdir / "serve-restart.raw") if profile else None
     try:
         ready_at = wait_for(serve.ready, timeout=timeout, what="serve /readyz")
+        cpu_ready = serve.process.cpu_seconds()
         quiet_at, reconciles = wait_quiet(serve, timeout=timeout)
         cpu = serve.process.cpu_seconds()
     finally:
@@ -106,9 +114,10 @@ def restart(
     t0 = serve.process.started
     return Restart(
         writes=counts.get(WRITES, 0),
-        events=counts.get(CREATES, 0),
+        created=counts.get(CREATES, 0),
         series=counts.get(SERIES, 0),
         cpu=cpu,
+        cpu_ready=cpu_ready,
         ready_after=ready_at - t0,
         quiet_after=quiet_at - t0,
         reconciles=reconciles,
@@ -126,10 +135,11 @@ def restart_report(result: Restart, managed: int) -> str:
             f"  ready (caches synced):        {result.ready_after:6.2f} s after start",
             f"  quiet (queue empty, 1 s still): {result.quiet_after:6.2f} s after start"
             f" ({result.reconciles} reconciles)   (target <= 6 s)",
-            f"  serve CPU until quiet:        {result.cpu:6.2f} s   (target <= 4 s)",
+            f"  serve CPU until quiet:        {result.cpu:6.2f} s   (target <= 4 s);"
+            f" {result.cpu_ready:.2f} s of it until ready (imports, lists, views)",
             f"  serve peak RSS (VmHWM):       {result.peak_rss_mb:6.1f} MB",
-            f"  status writes {result.writes} (target 0), Events created {result.events}"
-            f" (target 0), Event series updated {result.series}",
+            f"  status writes {result.writes} (target 0), Event writes {result.events}"
+            f" (target 0: {result.created} created, {result.series} series updated)",
             f"  status check: {managed - len(result.mismatched)}/{managed} managed Services"
             f" hold the expected ingress; {result.unmanaged_written} unmanaged Services written",
             result.line(),

@@ -19,8 +19,13 @@ per-object spam filter of ``tools/record``):
   Unlike client-go, whose cache only knows Events of its own process, the cache is primed
   at the first send of every leadership term from one List of this controller's Warning
   Events (``fieldSelector=reportingController=...,type=Warning``), so an unchanged
-  Warning after a restart or failover updates the Event the last term created instead of
-  creating another (7 starts with one bad selector: one Event, ``series.count`` 7).
+  Warning after a restart or failover is never created again. Whether the start writes
+  at all (docs/design.md §5): a Warning whose listed Event was last observed less than
+  ``series_refresh_seconds`` (30 min) before is the same occurrence still holding, and
+  nothing is sent (a restart of a synced cluster writes no Event); an older one gets a
+  series update (``count`` + 1, ``lastObservedTime`` now), as client-go's refresh would
+  send a series that kept occurring, so the Event shows the condition still holds and does
+  not age out (``--event-ttl``). Within a term, every repeat is a new occurrence.
   Normal Events (``IPsAssigned``) are not listed: one only accompanies a status write,
   which a restart of a synced cluster never makes, so the List stays small. A series
   whose Event is gone (404, e.g. the 1 h ``--event-ttl``) is created again, as
@@ -145,6 +150,7 @@ class _Series:
     last_observed: float
     first_observed: float
     patched: bool  # a series update was sent in this process (later ones wait for refresh)
+    listed: bool = False  # primed from the List and not yet observed in this term
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,10 +195,14 @@ class EventRecorder:
         self._cond = threading.Condition()
         self._queue: deque[_Queued] = deque()
         self._busy = False
-        self._last: dict[tuple[str, str], ServiceEvent] = {}
+        # Per Service (``namespace/name``): the last Event said per slot.
+        self._last: dict[str, dict[str, ServiceEvent]] = {}
         self._tokens: dict[str, tuple[float, float]] = {}
         # Sender-side state (only the sending thread, or flush(), touches it).
         self._series: dict[SeriesKey, _Series] = {}
+        # (namespace, name) of every Service with a series (a superset: kept on failures),
+        # so forgetting a Service without one scans nothing.
+        self._series_services: set[tuple[str, str]] = set()
         self._term = 0
         self._primed_term = -1
         self._core_v1 = False
@@ -216,21 +226,24 @@ class EventRecorder:
         sending (so the next real change is compared against it). Returns True when the
         Event was queued; False when nothing changed, ``record_only``, or it was dropped
         (spam filter, full queue: counted in ``node_ipam_lb_events_dropped_total``)."""
-        key = (f"{namespace}/{name}", slot)
+        service = f"{namespace}/{name}"
         with self._cond:
-            if self._last.get(key) == event:
+            said = self._last.get(service)
+            if said is None:
+                said = self._last[service] = {}
+            elif said.get(slot) == event:
                 return False
-            self._last[key] = event
+            said[slot] = event
             if record_only:
                 return False
-            cause = self._admit(key[0])
+            cause = self._admit(service)
             if cause is None:
                 self._queue.append(_Queued(namespace, name, event, self._clock(), self._term))
                 self._cond.notify()
                 return True
             if cause == "queue_full":
                 # Not said: a later reconcile of this Service may say it again.
-                del self._last[key]
+                del said[slot]
         metrics.EVENTS_DROPPED.labels(cause).inc()
         return False
 
@@ -251,15 +264,16 @@ class EventRecorder:
         """Forget what was last said in ``slot`` of Service ``namespace/name`` (the
         condition ended: when it comes back it is said again)."""
         with self._cond:
-            self._last.pop((f"{namespace}/{name}", slot), None)
+            said = self._last.get(f"{namespace}/{name}")
+            if said is not None:
+                said.pop(slot, None)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop the memory of Service ``namespace/name`` (it was deleted): what was said,
         its spam bucket and its series (a re-created Service gets new Events)."""
         service = f"{namespace}/{name}"
         with self._cond:
-            for key in [k for k in self._last if k[0] == service]:
-                del self._last[key]
+            self._last.pop(service, None)
             self._tokens.pop(service, None)
             self._queue.append(_Queued(namespace, name, _FORGET, 0.0, self._term))
             self._cond.notify()
@@ -355,6 +369,9 @@ class EventRecorder:
 
     def _send(self, item: _Queued) -> None:
         if item.event is _FORGET:
+            if (item.namespace, item.name) not in self._series_services:
+                return
+            self._series_services.discard((item.namespace, item.name))
             gone = [k for k in self._series if k[0] == item.namespace and k[1] == item.name]
             for old in gone:
                 del self._series[old]
@@ -369,6 +386,12 @@ class EventRecorder:
         if series is None:
             self._create(item, note, key)
             return
+        if series.listed:
+            series.listed = False
+            if item.observed - series.last_observed < self._refresh:
+                # The condition the Event records still holds at this term's start and
+                # the Event is recent: the same occurrence, not a new one. Nothing to say.
+                return
         series.count += 1
         series.last_observed = item.observed
         if not series.patched:
@@ -381,6 +404,7 @@ class EventRecorder:
             self._failed(item.namespace, item.name, item.event.reason, "creating", err)
             return
         metrics.EVENTS_EMITTED.labels(item.event.reason, "success").inc()
+        self._series_services.add((item.namespace, item.name))
         self._series[key] = _Series(
             name=name,
             api_version=api_version,
@@ -476,6 +500,7 @@ class EventRecorder:
                 return
             log_event(LOG, "listing earlier events failed", level=logging.WARNING, error=str(err))
         self._series = {key: series for key, (_, series) in found.items()}
+        self._series_services = {(key[0], key[1]) for key in self._series}
         log_event(LOG, "event series primed", events=len(self._series))
 
     @staticmethod
@@ -518,6 +543,7 @@ class EventRecorder:
             last_observed=last,
             first_observed=first,
             patched=False,
+            listed=True,
         )
         return series_key, (last, entry)
 

@@ -44,7 +44,7 @@ from app.controller.events import (
     ServiceEvent,
 )
 from app.core.nodeindex import NodeIndex
-from app.core.nodeipam import Selection, is_managed, select
+from app.core.nodeipam import Selection, Summary, is_managed, select, summarise
 from app.core.options import SelectionSettings
 from app.core.status import ingress_differs
 from app.core.text import elide, elide_bytes
@@ -93,16 +93,17 @@ def no_eligible_nodes_note(selection: Selection) -> str:
     return "; ".join([selection.reason, *parts])
 
 
-def external_ip_preferred_note(selection: Selection) -> str | None:
+def external_ip_preferred_note(hidden: Sequence[str]) -> str | None:
     """The ``ExternalIPPreferred`` Warning's note, or ``None`` when the global ExternalIP
     preference (docs/design.md §4.4, Cilium's behaviour without
     ``per_node_address_fallback``) hides no eligible node.
 
-    E.g. ``"2 eligible node(s) are not advertised because other selected nodes have an
-    ExternalIP (ExternalIPPreferred): worker-3, worker-4; per_node_address_fallback
-    advertises their InternalIP"``: the hidden nodes' names, cut to :data:`NAMES_SHOWN`.
+    ``hidden`` holds the names of the Nodes whose verdict is ``ExternalIPPreferred``, in
+    verdict order. E.g. ``"2 eligible node(s) are not advertised because other selected
+    nodes have an ExternalIP (ExternalIPPreferred): worker-3, worker-4;
+    per_node_address_fallback advertises their InternalIP"``: the names cut to
+    :data:`NAMES_SHOWN`.
     """
-    hidden = [v.name for v in selection.nodes if v.code == "ExternalIPPreferred"]
     if not hidden:
         return None
     return (
@@ -110,6 +111,11 @@ def external_ip_preferred_note(selection: Selection) -> str | None:
         f" have an ExternalIP (ExternalIPPreferred): {name_list(hidden)};"
         " per_node_address_fallback advertises their InternalIP"
     )
+
+
+def hidden_nodes(selection: Selection) -> list[str]:
+    """Names of the Nodes ``selection`` hides by the global ExternalIP preference."""
+    return [v.name for v in selection.nodes if v.code == "ExternalIPPreferred"]
 
 
 def invalid_selector_note(error: str, value: str | None) -> str:
@@ -151,9 +157,32 @@ class Outcome:
             reason=selection.reason,
             recheck_at=selection.recheck_at,
             empty_note=no_eligible_nodes_note(selection) if empty else None,
-            hidden_note=external_ip_preferred_note(selection) if selection.ingress else None,
+            hidden_note=(
+                external_ip_preferred_note(hidden_nodes(selection)) if selection.ingress else None
+            ),
         )
 
+    @classmethod
+    def of_summary(cls, summary: Summary) -> Outcome:
+        """The outcome of a non-empty :func:`~app.core.nodeipam.summarise` result (equal to
+        :meth:`of` on the Selection ``select`` gives for the same inputs)."""
+        return cls(
+            ingress=summary.ingress,
+            error=None,
+            reason=summary.reason,
+            recheck_at=summary.recheck_at,
+            empty_note=None,
+            hidden_note=external_ip_preferred_note(summary.hidden),
+        )
+
+
+SELECTION_FIELDS = tuple(
+    f.name for f in dataclasses.fields(ServiceView) if f.name not in ("ingress", "resource_version")
+)
+"""The ServiceView fields a Selection can depend on (all but the status and the version)."""
+SHARED_FIELDS = tuple(name for name in SELECTION_FIELDS if name not in ("namespace", "name"))
+"""The fields that key a shared Outcome (``select`` reads the namespace and the name only
+to pick the EndpointSlices of an eTP=Local Service, and those are never shared)."""
 
 MAX_SHARED = 4096
 """Distinct selection inputs whose Outcome is kept per Node snapshot (then it is cleared)."""
@@ -172,7 +201,7 @@ class SharedSelections:
         self._settings = settings
         self._lock = threading.Lock()
         self._index: object | None = None
-        self._outcomes: dict[ServiceView, Outcome] = {}
+        self._outcomes: dict[tuple[Any, ...], Outcome] = {}
 
     def outcome(
         self,
@@ -184,9 +213,7 @@ class SharedSelections:
         """The Outcome of ``select`` for ``service`` (see the class docstring)."""
         if service.external_traffic_policy == "Local":
             return self._select(service, index, endpoint_slices, now)
-        key = dataclasses.replace(
-            service, namespace="", name="", ingress=None, resource_version=None
-        )
+        key = tuple([getattr(service, name) for name in SHARED_FIELDS])
         with self._lock:
             if self._index is not index:
                 self._index = index
@@ -209,14 +236,19 @@ class SharedSelections:
         endpoint_slices: Sequence[EndpointSliceView],
         now: float,
     ) -> Outcome:
-        selection = select(
-            service=service,
-            nodes=index,
-            endpoint_slices=endpoint_slices,
-            settings=self._settings,
-            now=now,
-        )
-        return Outcome.of(selection)
+        inputs: dict[str, Any] = {
+            "service": service,
+            "nodes": index,
+            "endpoint_slices": endpoint_slices,
+            "settings": self._settings,
+            "now": now,
+        }
+        # summarise walks only the candidates (for eTP=Local: the endpoints' Nodes); it
+        # answers None when the outcome needs select's verdicts (empty ingress, errors).
+        summary = summarise(**inputs)
+        if summary is not None:
+            return Outcome.of_summary(summary)
+        return Outcome.of(select(**inputs))
 
 
 class Reconciler:
@@ -258,9 +290,7 @@ class Reconciler:
             written = self._written.get(service_key(new.namespace, new.name))
         if written is None or ingress_differs(written[1], new.ingress):
             return False
-        return dataclasses.replace(old, ingress=None, resource_version=None) == (
-            dataclasses.replace(new, ingress=None, resource_version=None)
-        )
+        return all(getattr(old, name) == getattr(new, name) for name in SELECTION_FIELDS)
 
     def reconcile(self, key: str) -> float | None:
         """Bring Service ``key`` (``namespace/name``) to its desired status.

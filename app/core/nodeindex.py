@@ -15,7 +15,7 @@ import threading
 from array import array
 from collections.abc import Iterable, Sequence
 
-from app.core.selector import Selector
+from app.core.selector import DOUBLE_EQUALS, EQUALS, IN, Selector
 from app.core.verdicts import NodeVerdict, new_verdict
 from app.core.views import NodeView
 
@@ -33,6 +33,10 @@ MAX_MEMOISED_REQUIREMENTS = 64
 """Selectors with more requirements are matched every time, never memoised: a key that
 large would pin its requirements, and compiled matching costs them nothing per Node
 (docs/design.md §6.1)."""
+MAX_INDEXED_KEYS = 32
+"""Label keys whose values an index maps to Node positions at most (the keys of the
+``=``/``==``/``in`` requirements of the selectors it matched); beyond it, selectors on
+other keys are matched against every Node, as before."""
 
 
 class NodeIndex:
@@ -42,13 +46,23 @@ class NodeIndex:
     Node snapshot and share it between threads; never mutate the NodeViews it holds.
     """
 
-    __slots__ = ("_lock", "_memo", "_memo_size", "_mismatch", "nodes")
+    __slots__ = (
+        "_by_label",
+        "_by_name",
+        "_lock",
+        "_memo",
+        "_memo_size",
+        "_mismatch",
+        "nodes",
+    )
 
     def __init__(self, nodes: Iterable[NodeView]) -> None:
         self.nodes: tuple[NodeView, ...] = tuple(nodes)
         self._memo: dict[Selector, array[int]] = {}
         self._memo_size = 0
         self._mismatch: tuple[NodeVerdict, ...] | None = None
+        self._by_name: dict[str, tuple[int, ...]] | None = None
+        self._by_label: dict[str, dict[str, array[int]]] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -68,7 +82,15 @@ class NodeIndex:
         if hit is not None:
             return hit
         matches = selector.matches
-        found = array("I", [i for i, node in enumerate(self.nodes) if matches(node.labels)])
+        nodes = self.nodes
+        # A shared index (it has matched a selector before) narrows each further one to
+        # the Nodes carrying a value one of its "="/"=="/"in" requirements asks for; every
+        # Node the selector matches is among them, and each is still checked by matches().
+        narrowed = self._narrowed(selector) if self._memo else None
+        if narrowed is None:
+            found = array("I", [i for i, node in enumerate(nodes) if matches(node.labels)])
+        else:
+            found = array("I", [i for i in narrowed if matches(nodes[i].labels)])
         if len(selector.requirements) > MAX_MEMOISED_REQUIREMENTS:
             return found
         with self._lock:
@@ -81,6 +103,58 @@ class NodeIndex:
                 ):
                     self._memo_size -= len(self._memo.pop(next(iter(self._memo))))
         return found
+
+    def _narrowed(self, selector: Selector) -> list[int] | None:
+        """Ascending positions of the Nodes whose label satisfies the most selective
+        ``=``/``==``/``in`` requirement of ``selector`` (a superset of its matches), or
+        ``None`` when it has none (or its keys cannot be indexed any more)."""
+        best: tuple[int, list[array[int]]] | None = None
+        for requirement in selector.requirements:
+            if requirement.operator not in (EQUALS, DOUBLE_EQUALS, IN):
+                continue
+            by_value = self._label_values(requirement.key)
+            if by_value is None:
+                continue
+            lists = [by_value[v] for v in requirement.values if v in by_value]
+            size = sum(len(found) for found in lists)
+            if best is None or size < best[0]:
+                best = (size, lists)
+        if best is None:
+            return None
+        lists = best[1]
+        # The values of one requirement are distinct, so the lists are disjoint.
+        return list(lists[0]) if len(lists) == 1 else sorted(i for found in lists for i in found)
+
+    def _label_values(self, key: str) -> dict[str, array[int]] | None:
+        """``label value → ascending positions`` of the Nodes labelled ``key`` (built once
+        per key, at most :data:`MAX_INDEXED_KEYS` keys), or ``None`` past that bound."""
+        with self._lock:
+            found = self._by_label.get(key)
+            if found is not None or len(self._by_label) >= MAX_INDEXED_KEYS:
+                return found
+        built: dict[str, array[int]] = {}
+        for i, node in enumerate(self.nodes):
+            value = node.labels.get(key)
+            if value is not None:
+                positions = built.get(value)
+                if positions is None:
+                    positions = built[value] = array("I")
+                positions.append(i)
+        with self._lock:
+            return self._by_label.setdefault(key, built)
+
+    def positions(self, names: Iterable[str]) -> list[int]:
+        """Positions in :attr:`nodes` of the Nodes named in ``names``, ascending (a name
+        held by no Node is skipped; a name held by several Nodes, possible only in a plain
+        list handed to ``select``, gives each). The name map is built once per index."""
+        by_name = self._by_name
+        if by_name is None:
+            built: dict[str, list[int]] = {}
+            for i, node in enumerate(self.nodes):
+                built.setdefault(node.name, []).append(i)
+            by_name = {name: tuple(found) for name, found in built.items()}
+            self._by_name = by_name
+        return sorted(i for name in names for i in by_name.get(name, ()))
 
     def memoised(self) -> int:
         """How many selectors the memo holds now (at most :data:`MAX_MEMOISED_SELECTORS`)."""

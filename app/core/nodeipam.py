@@ -2,8 +2,11 @@
 
 :func:`is_managed` decides whether a Service is ours (§3); :func:`select` computes its
 ordered ``status.loadBalancer.ingress`` plus a verdict per node and Service-level
-warnings (§4). The reconciler, the preview API, ``node-ipam-lb preview`` and the
-admission warnings all call these two functions and nothing else.
+warnings (§4). The preview API, ``node-ipam-lb preview`` and the admission warnings call
+these two functions and nothing else. The reconciler first calls :func:`summarise`, the
+same rules without the per-node verdicts (it shares every step with :func:`select` but the
+walk to the candidates, and equals it wherever it answers: tests/core/test_summarise.py),
+and :func:`select` whenever the outcome needs the verdicts.
 
 Hot-path notes (target: 5,000 nodes well under 5 ms): addresses are parsed once in
 :func:`app.core.views.node_view`; selectors are parsed once per text (``parse_cached``);
@@ -16,6 +19,7 @@ Node snapshot when the caller passes a :class:`NodeIndex` (the reconciler does).
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +40,16 @@ from app.core.views import (
 
 LOAD_BALANCER = "LoadBalancer"
 LOCAL = "Local"
-__all__ = ["LOCAL", "NodeIndex", "NodeVerdict", "Selection", "is_managed", "select"]
+__all__ = [
+    "LOCAL",
+    "NodeIndex",
+    "NodeVerdict",
+    "Selection",
+    "Summary",
+    "is_managed",
+    "select",
+    "summarise",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +91,22 @@ class Selection:
             "warnings": list(self.warnings),
             "recheckAt": self.recheck_at,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What :func:`summarise` gives: the fields of :func:`select`'s Selection a reconcile
+    reads when the ingress is not empty, without the per-Node verdicts.
+
+    ``ingress``, ``reason`` and ``recheck_at`` equal the Selection's; ``hidden`` holds the
+    names of the Nodes whose verdict is ``ExternalIPPreferred``, in the order of the
+    Selection's ``nodes``.
+    """
+
+    ingress: tuple[dict[str, str], ...]
+    reason: str
+    recheck_at: float | None
+    hidden: tuple[str, ...]
 
 
 def is_managed(service: ServiceView, settings: SelectionSettings) -> tuple[bool, str]:
@@ -298,6 +327,109 @@ def select(
         if n.invalid_addresses
     )
     pool = len(candidates)
+    ingress, selected, recheck_at = _advertise(
+        indices, candidates, verdicts, families=families, wanted=wanted,
+        settings=settings, now=now, warnings=warnings,
+    )  # fmt: skip
+    reason = selection_reason(
+        ingress=ingress, counts=(len(node_list), matched, eligible, pool, selected),
+        selector=selector, wanted=wanted, local=local,
+    )  # fmt: skip
+    return Selection(
+        service.namespace, service.name, True, reason, tuple(ingress), None,
+        tuple(verdicts),  # type: ignore[arg-type]  # every slot is filled by now
+        tuple(warnings), recheck_at,
+    )  # fmt: skip
+
+
+def summarise(
+    *,
+    service: ServiceView,
+    nodes: NodeIndex,
+    endpoint_slices: Iterable[EndpointSliceView],
+    settings: SelectionSettings,
+    now: float,
+) -> Summary | None:
+    """:func:`select`'s ingress, reason, ``recheck_at`` and ExternalIPPreferred Nodes for a
+    managed Service with a non-empty ingress, at the cost of its candidates only.
+
+    Returns ``None`` whenever the answer needs the full Selection: the Service is not
+    managed, its selector annotation is malformed, or its ingress is empty (the
+    ``NoEligibleNodes`` note explains it from every Node's verdict); the caller then
+    calls :func:`select`. Otherwise the result equals what :func:`select` gives for the
+    same arguments (tests/core/test_summarise.py checks it on every rule of
+    docs/design.md §4 and on random clusters).
+
+    The difference is the walk: :func:`select` gives every Node a verdict, so an
+    ``externalTrafficPolicy: Local`` Service visits all Nodes to mark most of them
+    ``NoReadyEndpoint``; here a Local Service starts from the Nodes hosting its ready
+    endpoints (:meth:`NodeIndex.positions`, a lookup by name) and keeps those the selector
+    matches and no KEP-3458 predicate drops, the same candidates in the same order.
+    Never raises on content.
+    """
+    if not is_managed(service, settings)[0]:
+        return None
+    ignored: list[str] = []
+    try:
+        selector = _selector(service, settings, ignored)
+    except SelectorError:
+        return None
+    families = _families(service, ignored)
+    wanted = FAMILY_BIT[families[0]] | (FAMILY_BIT[families[1]] if len(families) > 1 else 0)
+    node_list = nodes.nodes
+    matching = nodes.matching(selector)
+    if service.external_traffic_policy == LOCAL:
+        ready = nodes.positions(_ready_node_names(service, endpoint_slices))
+        if selector is not None:
+            ready = [i for i in ready if _contains(matching, i)]
+        positions = [i for i in ready if node_list[i].predicate is None]
+    else:
+        positions = [i for i in matching if node_list[i].predicate is None]
+    candidates = [node_list[i] for i in positions]
+    verdicts: list[NodeVerdict | None] = [None] * len(candidates)
+    ingress, selected, recheck_at = _advertise(
+        list(range(len(candidates))), candidates, verdicts, families=families, wanted=wanted,
+        settings=settings, now=now, warnings=ignored,
+    )  # fmt: skip
+    if not ingress:
+        return None
+    # With a non-empty ingress the reason reads only the Node total and the advertised
+    # count; the other counts matter only for an empty one, which went to select().
+    pool = len(candidates)
+    reason = selection_reason(
+        ingress=ingress, counts=(len(node_list), len(matching), pool, pool, selected),
+        selector=selector, wanted=wanted, local=service.external_traffic_policy == LOCAL,
+    )  # fmt: skip
+    hidden = tuple(
+        node.name
+        for node, verdict in zip(candidates, verdicts, strict=True)
+        if verdict is not None and verdict.code == "ExternalIPPreferred"
+    )
+    return Summary(tuple(ingress), reason, recheck_at, hidden)
+
+
+def _contains(ascending: Sequence[int], value: int) -> bool:
+    """Whether ``value`` is in the ascending sequence ``ascending`` (binary search)."""
+    at = bisect_left(ascending, value)
+    return at < len(ascending) and ascending[at] == value
+
+
+def _advertise(
+    indices: list[int],
+    candidates: list[NodeView],
+    verdicts: list[NodeVerdict | None],
+    *,
+    families: tuple[str, ...],
+    wanted: int,
+    settings: SelectionSettings,
+    now: float,
+    warnings: list[str],
+) -> tuple[list[dict[str, str]], int, float | None]:
+    """docs/design.md §4.4-§4.5 on the candidates (``indices`` are their verdict slots,
+    ascending): the optional NotReady filter, the address choice, the ordered entries.
+    Fills the candidates' verdict slots and appends warnings; returns the ingress entries,
+    how many nodes are advertised and ``recheck_at``. Shared by :func:`select` and
+    :func:`summarise`, so both pick addresses with the same code."""
     recheck_at: float | None = None
     not_ready: list[tuple[int, NodeView]] = []
     if settings.exclude_not_ready_nodes and candidates:
@@ -333,15 +465,7 @@ def select(
     for family in families:
         table = v4 if family == IPV4 else v6
         ingress += [{"ip": table[value], "ipMode": mode} for value in sorted(table)]
-    reason = selection_reason(
-        ingress=ingress, counts=(len(node_list), matched, eligible, pool, selected),
-        selector=selector, wanted=wanted, local=local,
-    )  # fmt: skip
-    return Selection(
-        service.namespace, service.name, True, reason, tuple(ingress), None,
-        tuple(verdicts),  # type: ignore[arg-type]  # every slot is filled by now
-        tuple(warnings), recheck_at,
-    )  # fmt: skip
+    return ingress, selected, recheck_at
 
 
 def _selector(

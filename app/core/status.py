@@ -43,6 +43,10 @@ def ingress_differs(
     stored_entries = stored or ()
     if len(desired) != len(stored_entries):
         return True
+    # Entries that are equal as mappings normalise equally: the common case (the stored
+    # list is what we wrote) is decided by one C-level comparison, without normalising.
+    if tuple(desired) == tuple(stored_entries):
+        return False
     return any(
         _normalise(want) != _normalise(have)
         for want, have in zip(desired, stored_entries, strict=True)

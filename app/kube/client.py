@@ -5,8 +5,9 @@ election use (httpx "transport" style): :class:`KubernetesAPI` implements it on 
 ``kubernetes`` client, and tests use an in-memory implementation.
 
 Bodies are plain JSON dicts. The real implementation calls the API with the client's
-low-level ``param_serialize``/``call_api`` and ``json.loads`` the raw body, so the client
-never builds its (slow, memory-hungry) model objects; watch streams are read as raw
+low-level ``param_serialize``/``call_api`` and decodes the raw body with ``orjson`` (about
+twice as fast as ``json`` on List pages, the bulk of a start), so the client never builds
+its (slow, memory-hungry) model objects; watch streams are read as raw
 line-delimited JSON. Every request has a timeout; a watch can be closed from another thread
 (``urllib3`` ``HTTPResponse.shutdown``) so ``stop()`` is prompt.
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlencode
 
+import orjson
 import urllib3
 
 Kind = Literal["nodes", "services", "endpointslices"]
@@ -352,7 +354,7 @@ class KubernetesAPI:
             method, path, query=query, body=body, content_type=content_type
         )
         try:
-            decoded = json.loads(data)
+            decoded = orjson.loads(data)
         except ValueError as err:
             raise ApiError(status, f"{method} {path}: response is not JSON") from err
         if not isinstance(decoded, dict):
@@ -440,7 +442,7 @@ class KubernetesAPI:
                 headers["Content-Type"] = content_type
             if query:
                 path += "?" + urlencode(query)
-            data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+            data = None if body is None else _encode(body)
             pool = self._pool()
             if pool is None:
                 return client.rest_client.pool_manager.request(
@@ -520,9 +522,18 @@ class _RawWatch:
             self._response.release_conn()
 
 
+def _encode(body: dict[str, Any] | list[Any]) -> bytes:
+    """Compact JSON of a request body (``orjson``); a string that is not valid UTF-8 (a
+    lone surrogate) goes through ``json``, which writes it as an escape instead of failing."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, separators=(",", ":")).encode()
+
+
 def _decode_event(line: bytes) -> dict[str, Any]:
     try:
-        event = json.loads(line)
+        event = orjson.loads(line)
     except ValueError as err:
         raise ApiError(0, f"watch event is not JSON: {line[:200]!r}") from err
     if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
@@ -540,7 +551,7 @@ def _read_all(raw: Any) -> bytes:
 def _raise_for(status: int, data: bytes) -> None:
     reason = data.decode("utf-8", "replace")[:500]
     try:
-        decoded = json.loads(data)
+        decoded = orjson.loads(data)
         if isinstance(decoded, dict) and isinstance(decoded.get("message"), str):
             reason = decoded["message"]
     except ValueError:

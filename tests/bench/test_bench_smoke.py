@@ -99,7 +99,7 @@ def test_restart_on_a_synced_cluster_writes_nothing_and_creates_no_event(tmp_pat
     finally:
         run.stop()
     assert result.mismatched == [] and result.unmanaged_written == 0
-    assert (result.writes, result.events) == (0, 0)
+    assert (result.writes, result.created, result.series, result.events) == (0, 0, 0, 0)
     assert (
         restart_report(result, len(run.expected))
         .splitlines()[-1]

@@ -36,8 +36,10 @@ def run_controller(fake_api: FakeApiServer) -> Iterator[Callable[..., Controller
     def _run(identity: str = "pod-a", **overrides: Any) -> Controller:
         client = fake_api.client()
         client.user_agent = identity
+        clock = overrides.pop("wall_clock", None)
+        extra = {} if clock is None else {"wall_clock": clock}
         controller = Controller(
-            settings=fast_settings(**overrides), api_client=client, identity=identity
+            settings=fast_settings(**overrides), api_client=client, identity=identity, **extra
         )
         controller.start()
         controllers.append(controller)

@@ -195,17 +195,48 @@ def test_later_repeats_are_counted_and_sent_by_the_periodic_series_refresh() -> 
 
 
 def test_a_new_term_updates_the_series_of_the_event_an_earlier_process_created() -> None:
+    """A Warning still holding at a start more than 30 min after its Event was last
+    observed: the series counts it (seven such starts: one Event, ``series.count`` 7)."""
     api = MemoryAPI()
-    first = recorder(api)
+    clock = [1e9]
+    first = EventRecorder(api=api, identity="pod-a", clock=lambda: clock[0])
     first.emit(namespace="default", name="web", event=warning("bad selector"))
     first.flush()
     for start in range(2, 8):  # six more starts, each a new process and term
-        restarted = recorder(api)
+        clock[0] += 1801
+        restarted = EventRecorder(api=api, identity="pod-a", clock=lambda: clock[0])
         restarted.reset()
         restarted.emit(namespace="default", name="web", event=warning("bad selector"))
         restarted.flush()
         assert [e["series"]["count"] for e in api.events] == [start]
     assert len(api.events) == 1, "7 starts, one Event"
+    assert api.events[0]["series"]["lastObservedTime"] == "2001-09-09T04:46:46.000000Z"
+
+
+def test_a_restart_soon_after_writes_nothing_about_a_warning_that_still_holds() -> None:
+    """docs/design.md §5: the condition persisting across a restart is not a new
+    occurrence; an Event observed less than 30 min ago is current, so a restart of a
+    synced cluster writes no Event at all. A later change in the new term is one."""
+    api = MemoryAPI()
+    clock = [1e9]
+    first = EventRecorder(api=api, identity="pod-a", clock=lambda: clock[0])
+    first.emit(namespace="default", name="web", event=warning("bad selector"))
+    first.flush()
+    clock[0] += 1799
+    restarted = EventRecorder(api=api, identity="pod-b", clock=lambda: clock[0])
+    restarted.reset()
+    assert restarted.emit(namespace="default", name="web", event=warning("bad selector"))
+    restarted.flush()
+    assert api.calls["list events"] == 2, "primed at each start"
+    assert api.calls["create events"] == 1
+    assert api.calls["patch events"] == 0
+    assert "series" not in api.events[0]
+    # The condition changes and comes back in this term: a new occurrence, counted.
+    restarted.emit(namespace="default", name="web", event=warning("other"))
+    restarted.emit(namespace="default", name="web", event=warning("bad selector"))
+    restarted.flush()
+    assert api.events[0]["series"]["count"] == 2
+    assert api.calls["patch events"] == 1
 
 
 def test_a_series_whose_event_is_gone_creates_it_again_with_its_count() -> None:

@@ -92,3 +92,57 @@ def test_a_selector_of_many_requirements_is_matched_but_not_memoised() -> None:
     assert list(index.matching(long)) == [0, 1]
     assert list(index.matching(longer)) == [0]
     assert index.memoised() == 1
+
+
+def test_a_shared_index_narrows_by_label_values_and_still_matches_exactly() -> None:
+    """After its first selector an index looks up the Nodes carrying the values of an
+    ``=``/``==``/``in`` requirement instead of walking every Node; the matches must stay
+    apimachinery's, whatever the other requirements say."""
+    import random
+
+    rng = random.Random(7)
+    nodes = [
+        node(
+            f"n{i}",
+            internal=[f"10.0.{i // 250}.{i % 250}"],
+            labels={
+                k: v
+                for k, v in (
+                    ("pool", rng.choice(["a", "b", "c", "d"])),
+                    ("zone", rng.choice(["z1", "z2", ""])),
+                    ("rank", str(rng.randint(0, 9))),
+                )
+                if rng.random() < 0.8
+            },
+        )
+        for i in range(300)
+    ]
+    texts = [
+        "pool=a",
+        "pool==b,zone=z1",
+        "pool in (a,c),zone!=z2",
+        "pool in (a,b,c,d,e),rank>4",
+        "zone=,pool",
+        "zone in (z1,z2),pool notin (a)",
+        "kubernetes.io/hostname in (n3,n299,n1000)",
+        "pool=missing",
+        "rank<3",
+        "!zone",
+    ]
+    index = NodeIndex(nodes)
+    index.matching(parse("pool=d"))  # the index is now a shared one: it narrows
+    for text in texts:
+        selector = parse(text)
+        brute = [i for i, n in enumerate(nodes) if selector.matches(n.labels)]
+        assert list(index.matching(selector)) == brute, text
+        assert list(index.matching(selector)) == brute, f"{text} (memoised)"
+
+
+def test_label_value_lookups_are_bounded_by_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nodeindex, "MAX_INDEXED_KEYS", 1)
+    nodes = [node("a", labels={"x": "1", "y": "1"}), node("b", labels={"x": "2", "y": "1"})]
+    index = NodeIndex(nodes)
+    assert list(index.matching(parse("x=1"))) == [0]
+    assert list(index.matching(parse("x in (1,2)"))) == [0, 1]  # indexes key x
+    assert list(index.matching(parse("y=1"))) == [0, 1]  # past the bound: every Node
+    assert list(index.matching(parse("y=1,x=2"))) == [1]

@@ -235,3 +235,40 @@ def test_selected_reason_names_each_advertised_address_once() -> None:
     selection = run(service(), [n1])
     assert [e["ip"] for e in selection.ingress or ()] == ["10.0.0.9", "10.0.0.10"]
     assert selection.nodes[0].reason == "advertised: InternalIP 10.0.0.10, 10.0.0.9"
+
+
+def test_equal_stored_ingress_lists_are_shared_between_services() -> None:
+    from app.core.views import shared_ingress
+
+    entries = [{"ip": "10.0.0.1", "ipMode": "VIP"}, {"ip": "10.0.0.2", "ipMode": "VIP"}]
+    a = service_view(service_obj("a", ingress=[dict(e) for e in entries]))
+    b = service_view(service_obj("b", ingress=[dict(e) for e in entries]))
+    assert a.ingress == tuple(entries)
+    assert a.ingress is b.ingress, "one tuple for equal lists"
+    other = service_view(service_obj("c", ingress=[{"ip": "10.0.0.1", "ipMode": "Proxy"}]))
+    assert other.ingress == ({"ip": "10.0.0.1", "ipMode": "Proxy"},)
+    ports = [{"ip": "10.0.0.1", "ports": [{"port": 80, "protocol": "TCP"}]}]
+    assert shared_ingress(ports) == tuple(ports)
+    assert shared_ingress([{"ip": "10.0.0.1"}, "garbage", 7]) == ({"ip": "10.0.0.1"},)
+    assert shared_ingress([{"ip": 1}]) == ({"ip": 1},)
+    assert shared_ingress([{"ip": 1}])[0]["ip"] == 1
+    assert shared_ingress([]) == ()
+
+
+def test_shared_ingress_lists_are_bounded_by_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.core import views
+
+    monkeypatch.setattr(views, "MAX_SHARED_INGRESS_ENTRIES", 4)
+    monkeypatch.setattr(views, "_SHARED_INGRESS", {})
+    monkeypatch.setattr(views, "_shared_entries", [0])
+    three = [{"ip": f"10.0.0.{i}"} for i in range(3)]
+    first = views.shared_ingress(three)
+    assert views.shared_ingress([dict(e) for e in three]) is first
+    assert views._shared_entries == [3]
+    other = views.shared_ingress([{"ip": "10.0.1.1"}, {"ip": "10.0.1.2"}])  # 5 > 4: start over
+    assert views._shared_entries == [2] and len(views._SHARED_INGRESS) == 1
+    assert views.shared_ingress([{"ip": "10.0.1.1"}, {"ip": "10.0.1.2"}]) is other
+    assert views.shared_ingress(three) is not first, "dropped when the cache started over"
+    five = [{"ip": f"10.0.2.{i}"} for i in range(5)]
+    assert views.shared_ingress(five) == tuple(five)  # longer than the bound: not kept
+    assert views._shared_entries[0] <= 4

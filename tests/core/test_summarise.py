@@ -1,0 +1,200 @@
+"""``summarise`` (the reconciler's fast path) equals ``select`` wherever it answers.
+
+Checked on every rule of tests/core/test_select_rules.py (as given, and again as an
+``externalTrafficPolicy: Local`` Service with endpoints on some of the Nodes), on the
+kind-4node case of tests/data/cases, and on random clusters covering selectors, KEP-3458
+predicates, families, ExternalIP preference, NotReady grace and eTP=Local endpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import yaml
+
+from app.core.nodeindex import NodeIndex
+from app.core.nodeipam import Summary, select, summarise
+from app.core.options import SelectionSettings
+from app.core.views import (
+    EndpointSliceView,
+    NodeView,
+    ServiceView,
+    endpoint_slice_view,
+    node_view,
+    service_view,
+)
+from tests.cases import CASES as CASES_DIR
+from tests.core.builders import NOW, endpoint, endpoint_slice, node, service
+from tests.core.test_select_rules import CASES, EXCLUDE
+
+
+def expected(
+    svc: ServiceView,
+    nodes: Sequence[NodeView],
+    slices: Sequence[EndpointSliceView],
+    settings: SelectionSettings,
+    now: float,
+) -> Summary | None:
+    """What ``summarise`` must give, derived from ``select``'s full Selection."""
+    selection = select(service=svc, nodes=nodes, endpoint_slices=slices, settings=settings, now=now)
+    if not selection.ingress:
+        return None
+    hidden = tuple(v.name for v in selection.nodes if v.code == "ExternalIPPreferred")
+    return Summary(selection.ingress, selection.reason, selection.recheck_at, hidden)
+
+
+def check(
+    svc: ServiceView,
+    nodes: Sequence[NodeView],
+    slices: Sequence[EndpointSliceView] = (),
+    *,
+    now: float = NOW,
+    **settings: Any,
+) -> Summary | None:
+    """Assert ``summarise`` equals :func:`expected`; return it."""
+    options = SelectionSettings(**settings)
+    got = summarise(
+        service=svc, nodes=NodeIndex(nodes), endpoint_slices=slices, settings=options, now=now
+    )
+    assert got == expected(svc, nodes, slices, options, now)
+    return got
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_every_rule_as_given(case: Any) -> None:
+    got = check(case.svc, case.nodes, case.slices, **case.settings)
+    assert (got is None) == (not case.ips)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_every_rule_as_a_local_service(case: Any) -> None:
+    svc = dataclasses.replace(case.svc, external_traffic_policy="Local")
+    names = [n.name for n in case.nodes]
+    for hosts in (names, names[::2], names[1:], []):
+        slices = [
+            endpoint_slice(svc.name, [endpoint(h) for h in hosts] + [endpoint("elsewhere")]),
+            endpoint_slice(svc.name, [endpoint(n, ready=False) for n in names], name="b"),
+        ]
+        check(svc, case.nodes, slices, **case.settings)
+
+
+def test_the_kind_4node_case() -> None:
+    docs = yaml.safe_load((CASES_DIR / "kind-4node" / "cluster.yaml").read_text())
+    items = docs["items"]
+    nodes = [node_view(o) for o in items if o["kind"] == "Node"]
+    services = [service_view(o) for o in items if o["kind"] == "Service"]
+    slices = [endpoint_slice_view(o) for o in items if o["kind"] == "EndpointSlice"]
+    assert nodes and services
+    answered = [
+        check(svc, nodes, slices, default_lb_service_ipam=ipam)
+        for svc in services
+        for ipam in ("lbipam", "nodeipam")
+    ]
+    assert any(answered)
+
+
+def test_hidden_nodes_are_named_in_node_order() -> None:
+    nodes = [
+        node("c", internal=["10.0.0.3"]),
+        node("a", internal=["10.0.0.1"], external=["203.0.113.1"]),
+        node("b", internal=["10.0.0.2"]),
+    ]
+    got = check(service(), nodes)
+    assert got is not None and got.hidden == ("c", "b")
+    local = service(etp="Local")
+    slices = [endpoint_slice("web", [endpoint("b"), endpoint("a"), endpoint("c")])]
+    got = check(local, nodes, slices)
+    assert got is not None and got.hidden == ("c", "b")
+
+
+def test_empty_malformed_and_unmanaged_give_none() -> None:
+    nodes = [node("w1", internal=["10.0.0.1"])]
+    assert check(service(selector="pool=gpu"), nodes) is None
+    assert check(service(selector="a=b,"), nodes) is None
+    assert check(service(cls="other"), nodes) is None
+    assert check(service(etp="Local"), nodes) is None
+
+
+POOLS = ("a", "b", "c")
+SELECTORS = (
+    None,
+    "",
+    "pool=a",
+    "pool in (a,b)",
+    "pool!=c",
+    "!pool",
+    "zone",
+    "pool notin (a),zone=z1",
+    "kubernetes.io/hostname in (n1,n3,n5)",
+)
+
+
+def random_node(rng: random.Random, i: int) -> NodeView:
+    labels: dict[str, str] = {}
+    if rng.random() < 0.8:
+        labels["pool"] = rng.choice(POOLS)
+    if rng.random() < 0.5:
+        labels["zone"] = rng.choice(("z1", "z2"))
+    if rng.random() < 0.1:
+        labels[EXCLUDE] = ""
+    taints = [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]
+    internal = rng.choice(([], [f"10.0.0.{i}"], [f"fd00::{i:x}"], [f"10.0.0.{i}", f"fd00::{i:x}"]))
+    external = rng.choice(([], [], [f"203.0.113.{i}"], [f"2001:db8::{i:x}"], ["not-an-ip"]))
+    if rng.random() < 0.05:
+        internal = ["10.0.0.250"]  # an address shared by two Nodes
+    return node(
+        f"n{i}",
+        internal=internal,
+        external=external,
+        labels=labels,
+        deleting=rng.random() < 0.05,
+        taints=taints if rng.random() < 0.05 else [],
+        ready=rng.choice(("True", "True", "True", "False", "Unknown", None)),
+        ready_since=NOW - rng.choice((5, 30, 120, 3600)),
+    )
+
+
+def random_service(rng: random.Random, i: int) -> ServiceView:
+    return service(
+        f"s{i}",
+        selector=rng.choice(SELECTORS),
+        etp=rng.choice(("Cluster", "Local", "Local", None)),
+        families=rng.choice((("IPv4",), ("IPv6",), ("IPv4", "IPv6"), ("IPv6", "IPv4"), ())),
+        policy=rng.choice((None, "SingleStack", "PreferDualStack")),
+    )
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_clusters(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes = [random_node(rng, i) for i in range(rng.randint(0, 30))]
+    names = [n.name for n in nodes] + ["n999"]
+    settings = {
+        "per_node_address_fallback": rng.random() < 0.3,
+        "exclude_not_ready_nodes": rng.random() < 0.5,
+        "not_ready_grace_seconds": rng.choice((0.0, 60.0)),
+        "ip_mode": rng.choice(("VIP", "Proxy")),
+    }
+    index = NodeIndex(nodes)  # one index for every Service, as in the reconciler
+    options = SelectionSettings(**settings)
+    answered = 0
+    for i in range(25):
+        svc = random_service(rng, i)
+        readiness = (True, None, False)
+        slices = [
+            endpoint_slice(
+                svc.name,
+                [endpoint(rng.choice(names), ready=rng.choice(readiness)) for _ in range(4)],
+                name=f"{svc.name}-{k}",
+            )
+            for k in range(rng.randint(0, 2))
+        ]
+        got = summarise(service=svc, nodes=index, endpoint_slices=slices, settings=options, now=NOW)
+        assert got == expected(svc, nodes, slices, options, NOW), (seed, i, svc)
+        answered += got is not None
+    if len(nodes) > 10:
+        assert answered, "no Service had an ingress: the generator is too strict"
