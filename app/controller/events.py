@@ -145,6 +145,7 @@ class _Series:
     last_observed: float
     first_observed: float
     patched: bool  # a series update was sent in this process (later ones wait for refresh)
+    uid: str = ""  # the Service's metadata.uid in the Event's regarding ("" when unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +155,7 @@ class _Queued:
     event: ServiceEvent
     observed: float
     term: int
+    uid: str = ""
 
 
 class EventRecorder:
@@ -210,12 +212,15 @@ class EventRecorder:
         event: ServiceEvent,
         record_only: bool = False,
         slot: str = STATUS_SLOT,
+        uid: str = "",
     ) -> bool:
         """Queue ``event`` on Service ``namespace/name`` unless it is the last one said in
         ``slot`` for that Service. ``record_only`` remembers it as the slot's state without
         sending (so the next real change is compared against it). Returns True when the
         Event was queued; False when nothing changed, ``record_only``, or it was dropped
-        (spam filter, full queue: counted in ``node_ipam_lb_events_dropped_total``)."""
+        (spam filter, full queue: counted in ``node_ipam_lb_events_dropped_total``). ``uid`` is
+        the Service's ``metadata.uid``, sent as ``regarding.uid`` (``involvedObject.uid``):
+        ``kubectl describe`` selects a Service's Events by it."""
         key = (f"{namespace}/{name}", slot)
         with self._cond:
             if self._last.get(key) == event:
@@ -225,7 +230,7 @@ class EventRecorder:
                 return False
             cause = self._admit(key[0])
             if cause is None:
-                self._queue.append(_Queued(namespace, name, event, self._clock(), self._term))
+                self._queue.append(_Queued(namespace, name, event, self._clock(), self._term, uid))
                 self._cond.notify()
                 return True
             if cause == "queue_full":
@@ -366,8 +371,8 @@ class EventRecorder:
         note = truncate_note(event.note)
         key: SeriesKey = (item.namespace, item.name, event.type, event.reason, event.action, note)
         series = self._series.get(key)
-        if series is None:
-            self._create(item, note, key)
+        if series is None or (item.uid and series.uid and series.uid != item.uid):
+            self._create(item, note, key)  # a re-created Service gets an Event of its own
             return
         series.count += 1
         series.last_observed = item.observed
@@ -376,7 +381,9 @@ class EventRecorder:
 
     def _create(self, item: _Queued, note: str, key: SeriesKey) -> None:
         try:
-            name, api_version = self._post(item.namespace, item.name, item.event, note, None)
+            name, api_version = self._post(
+                item.namespace, item.name, item.event, note, None, item.uid
+            )
         except ApiError as err:
             self._failed(item.namespace, item.name, item.event.reason, "creating", err)
             return
@@ -389,6 +396,7 @@ class EventRecorder:
             last_observed=item.observed,
             first_observed=item.observed,
             patched=False,
+            uid=item.uid,
         )
 
     def _send_series(self, key: SeriesKey, series: _Series, reason: str) -> None:
@@ -408,7 +416,9 @@ class EventRecorder:
                 return
             event = ServiceEvent(key[2], reason, key[4], key[5])
             try:
-                series.name, series.api_version = self._post(namespace, name, event, key[5], series)
+                series.name, series.api_version = self._post(
+                    namespace, name, event, key[5], series, series.uid
+                )
             except ApiError as err2:
                 self._failed(namespace, name, reason, "re-creating", err2)
                 del self._series[key]
@@ -510,6 +520,7 @@ class EventRecorder:
             first = _epoch(obj.get("eventTime"))
             last = _epoch(series.get("lastObservedTime")) or first
         series_key: SeriesKey = tuple(fields)  # type: ignore[assignment]
+        uid = regarding.get("uid")
         entry = _Series(
             name=meta["name"],
             api_version=version,
@@ -518,15 +529,26 @@ class EventRecorder:
             last_observed=last,
             first_observed=first,
             patched=False,
+            uid=uid if isinstance(uid, str) else "",
         )
         return series_key, (last, entry)
 
     def _post(
-        self, namespace: str, name: str, event: ServiceEvent, note: str, series: _Series | None
+        self,
+        namespace: str,
+        name: str,
+        event: ServiceEvent,
+        note: str,
+        series: _Series | None,
+        uid: str = "",
     ) -> tuple[str, str]:
-        """Create the Event; returns ``(metadata.name, apiVersion)``."""
+        """Create the Event about Service ``namespace/name`` (``uid``: its ``metadata.uid``,
+        set in ``regarding``/``involvedObject`` when known); returns
+        ``(metadata.name, apiVersion)``."""
         if not self._core_v1:
             body = self._events_v1(namespace, name, event, note, series)
+            if uid:
+                body["regarding"]["uid"] = uid
             try:
                 self._api.create_event(namespace=namespace, body=body)
                 return body["metadata"]["name"], "events.k8s.io/v1"
@@ -536,6 +558,8 @@ class EventRecorder:
                 self._core_v1 = True
                 log_event(LOG, "events.k8s.io/v1 not served, using core v1 Events")
         body = self._core(namespace, name, event, note, series)
+        if uid:
+            body["involvedObject"]["uid"] = uid
         self._api.create_event(namespace=namespace, body=body)
         return body["metadata"]["name"], "v1"
 
