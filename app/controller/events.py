@@ -151,6 +151,7 @@ class _Series:
     first_observed: float
     patched: bool  # a series update was sent in this process (later ones wait for refresh)
     listed: bool = False  # primed from the List and not yet observed in this term
+    uid: str = ""  # the Service's metadata.uid in the Event's regarding ("" when unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +161,7 @@ class _Queued:
     event: ServiceEvent
     observed: float
     term: int
+    uid: str = ""
 
 
 class EventRecorder:
@@ -220,12 +222,15 @@ class EventRecorder:
         event: ServiceEvent,
         record_only: bool = False,
         slot: str = STATUS_SLOT,
+        uid: str = "",
     ) -> bool:
         """Queue ``event`` on Service ``namespace/name`` unless it is the last one said in
         ``slot`` for that Service. ``record_only`` remembers it as the slot's state without
         sending (so the next real change is compared against it). Returns True when the
         Event was queued; False when nothing changed, ``record_only``, or it was dropped
-        (spam filter, full queue: counted in ``node_ipam_lb_events_dropped_total``)."""
+        (spam filter, full queue: counted in ``node_ipam_lb_events_dropped_total``). ``uid`` is
+        the Service's ``metadata.uid``, sent as ``regarding.uid`` (``involvedObject.uid``):
+        ``kubectl describe`` selects a Service's Events by it."""
         service = f"{namespace}/{name}"
         with self._cond:
             said = self._last.get(service)
@@ -238,7 +243,7 @@ class EventRecorder:
                 return False
             cause = self._admit(service)
             if cause is None:
-                self._queue.append(_Queued(namespace, name, event, self._clock(), self._term))
+                self._queue.append(_Queued(namespace, name, event, self._clock(), self._term, uid))
                 self._cond.notify()
                 return True
             if cause == "queue_full":
@@ -383,8 +388,8 @@ class EventRecorder:
         note = truncate_note(event.note)
         key: SeriesKey = (item.namespace, item.name, event.type, event.reason, event.action, note)
         series = self._series.get(key)
-        if series is None:
-            self._create(item, note, key)
+        if series is None or (item.uid and series.uid and series.uid != item.uid):
+            self._create(item, note, key)  # a re-created Service gets an Event of its own
             return
         if series.listed:
             series.listed = False
@@ -399,7 +404,9 @@ class EventRecorder:
 
     def _create(self, item: _Queued, note: str, key: SeriesKey) -> None:
         try:
-            name, api_version = self._post(item.namespace, item.name, item.event, note, None)
+            name, api_version = self._post(
+                item.namespace, item.name, item.event, note, None, item.uid
+            )
         except ApiError as err:
             self._failed(item.namespace, item.name, item.event.reason, "creating", err)
             return
@@ -413,6 +420,7 @@ class EventRecorder:
             last_observed=item.observed,
             first_observed=item.observed,
             patched=False,
+            uid=item.uid,
         )
 
     def _send_series(self, key: SeriesKey, series: _Series, reason: str) -> None:
@@ -432,7 +440,9 @@ class EventRecorder:
                 return
             event = ServiceEvent(key[2], reason, key[4], key[5])
             try:
-                series.name, series.api_version = self._post(namespace, name, event, key[5], series)
+                series.name, series.api_version = self._post(
+                    namespace, name, event, key[5], series, series.uid
+                )
             except ApiError as err2:
                 self._failed(namespace, name, reason, "re-creating", err2)
                 del self._series[key]
@@ -535,6 +545,7 @@ class EventRecorder:
             first = _epoch(obj.get("eventTime"))
             last = _epoch(series.get("lastObservedTime")) or first
         series_key: SeriesKey = tuple(fields)  # type: ignore[assignment]
+        uid = regarding.get("uid")
         entry = _Series(
             name=meta["name"],
             api_version=version,
@@ -544,15 +555,26 @@ class EventRecorder:
             first_observed=first,
             patched=False,
             listed=True,
+            uid=uid if isinstance(uid, str) else "",
         )
         return series_key, (last, entry)
 
     def _post(
-        self, namespace: str, name: str, event: ServiceEvent, note: str, series: _Series | None
+        self,
+        namespace: str,
+        name: str,
+        event: ServiceEvent,
+        note: str,
+        series: _Series | None,
+        uid: str = "",
     ) -> tuple[str, str]:
-        """Create the Event; returns ``(metadata.name, apiVersion)``."""
+        """Create the Event about Service ``namespace/name`` (``uid``: its ``metadata.uid``,
+        set in ``regarding``/``involvedObject`` when known); returns
+        ``(metadata.name, apiVersion)``."""
         if not self._core_v1:
             body = self._events_v1(namespace, name, event, note, series)
+            if uid:
+                body["regarding"]["uid"] = uid
             try:
                 self._api.create_event(namespace=namespace, body=body)
                 return body["metadata"]["name"], "events.k8s.io/v1"
@@ -562,6 +584,8 @@ class EventRecorder:
                 self._core_v1 = True
                 log_event(LOG, "events.k8s.io/v1 not served, using core v1 Events")
         body = self._core(namespace, name, event, note, series)
+        if uid:
+            body["involvedObject"]["uid"] = uid
         self._api.create_event(namespace=namespace, body=body)
         return body["metadata"]["name"], "v1"
 

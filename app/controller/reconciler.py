@@ -312,7 +312,7 @@ class Reconciler:
         )
         outcome = self._shared.outcome(service, self._cache.node_index(), slices, now)
         if outcome.error is not None or outcome.ingress is None:
-            self._invalid_selector(key, namespace, name, outcome, service.match_node_labels)
+            self._invalid_selector(key, namespace, name, outcome, service)
             return None
         with self._lock:
             self._errors.pop(key, None)
@@ -321,7 +321,7 @@ class Reconciler:
             wrote = self._write(key, namespace, name, service.resource_version, outcome)
             if not wrote:
                 return None
-        self._report(namespace, name, outcome, wrote=wrote)
+        self._report(namespace, name, outcome, wrote=wrote, uid=service.uid)
         if outcome.recheck_at is None:
             return None
         return max(outcome.recheck_at - now, 0.0)
@@ -380,7 +380,9 @@ class Reconciler:
         )
         return True
 
-    def _report(self, namespace: str, name: str, outcome: Outcome, *, wrote: bool) -> None:
+    def _report(
+        self, namespace: str, name: str, outcome: Outcome, *, wrote: bool, uid: str
+    ) -> None:
         assert outcome.ingress is not None
         if outcome.ingress:
             ips = ", ".join(entry["ip"] for entry in outcome.ingress)
@@ -395,6 +397,7 @@ class Reconciler:
             name=name,
             event=event,
             record_only=not wrote and event.reason == "IPsAssigned",
+            uid=uid,
         )
         if outcome.hidden_note is None:
             self._recorder.clear(namespace, name, EXTERNAL_IP_SLOT)
@@ -406,10 +409,11 @@ class Reconciler:
                     WARNING, "ExternalIPPreferred", "SelectNodes", outcome.hidden_note
                 ),
                 slot=EXTERNAL_IP_SLOT,
+                uid=uid,
             )
 
     def _invalid_selector(
-        self, key: str, namespace: str, name: str, outcome: Outcome, value: str | None
+        self, key: str, namespace: str, name: str, outcome: Outcome, service: ServiceView
     ) -> None:
         error = outcome.error or outcome.reason
         with self._lock:
@@ -422,8 +426,12 @@ class Reconciler:
             namespace=namespace,
             name=name,
             event=ServiceEvent(
-                WARNING, "InvalidNodeSelector", "SelectNodes", invalid_selector_note(error, value)
+                WARNING,
+                "InvalidNodeSelector",
+                "SelectNodes",
+                invalid_selector_note(error, service.match_node_labels),
             ),
+            uid=service.uid,
         )
 
     def forget(self, key: str) -> None:

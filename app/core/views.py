@@ -148,6 +148,9 @@ class ServiceView:
     ingress: tuple[Mapping[str, Any], ...] | None
     resource_version: str | None
     ip_family_policy: str | None = None
+    # metadata.uid, for the ``regarding`` of our Events only (kubectl describe selects
+    # Events by it); selection never reads it, so it is left out of equality and hashing.
+    uid: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +345,7 @@ def service_view(
         ingress=None if ingress is None else shared_ingress(ingress_list),
         resource_version=str(version) if version is not None else None,
         ip_family_policy=_opt_str(spec.get("ipFamilyPolicy"), "spec.ipFamilyPolicy"),
+        uid=str(meta.get("uid") or ""),
     )
 
 

@@ -166,13 +166,21 @@ def test_no_eligible_nodes_names_the_exclusion_label(world: World) -> None:
     assert EXCLUDE in event["note"]
 
 
+UID = "5b4f3c2a-0d1e-4f5a-9b8c-7d6e5f4a3b2c"
+
+
+def with_uid(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["metadata"]["uid"] = UID
+    return obj
+
+
 def test_events_follow_state_changes_only(world: World) -> None:
-    world.apply("services", service("web", selector="kubernetes.io/hostname=worker-1"))
+    world.apply("services", with_uid(service("web", selector="kubernetes.io/hostname=worker-1")))
     world.reconcile("default/web")
-    world.apply("services", service("web", selector="kubernetes.io/hostname=nobody"))
+    world.apply("services", with_uid(service("web", selector="kubernetes.io/hostname=nobody")))
     world.reconcile("default/web")
     world.reconcile("default/web")
-    world.apply("services", service("web", selector="kubernetes.io/hostname=worker-1"))
+    world.apply("services", with_uid(service("web", selector="kubernetes.io/hostname=worker-1")))
     world.reconcile("default/web")
     # Back to the first outcome: the first Event's series counts it, no third Event.
     assert world.reasons() == ["IPsAssigned", "NoEligibleNodes"]
@@ -183,12 +191,26 @@ def test_events_follow_state_changes_only(world: World) -> None:
     assert body["apiVersion"] == "events.k8s.io/v1"
     assert body["reportingController"] == "node-ipam-lb.io/controller"
     assert body["reportingInstance"] == "pod-a"
+    # uid: kubectl describe selects a Service's Events by involvedObject.uid (regarding's).
     assert body["regarding"] == {
         "apiVersion": "v1",
         "kind": "Service",
         "namespace": "default",
         "name": "web",
+        "uid": UID,
     }
+    assert world.api.events[1]["regarding"]["uid"] == UID
+
+
+def test_invalid_selector_and_external_ip_warnings_name_the_services_uid(world: World) -> None:
+    world.apply("services", with_uid(service("web", selector="a in (b")))
+    world.reconcile("default/web")
+    world.apply("nodes", node("worker-3", internal=["10.0.0.3"], external=["192.0.2.3"]))
+    world.apply("services", with_uid(service("web")))  # worker-1/2 hidden by the ExternalIP
+    world.reconcile("default/web")
+    by_reason = {e["reason"]: e["regarding"] for e in world.api.events}
+    assert set(by_reason) == {"InvalidNodeSelector", "IPsAssigned", "ExternalIPPreferred"}
+    assert {r.get("uid") for r in by_reason.values()} == {UID}
 
 
 def test_local_service_without_ready_endpoints_is_emptied_and_says_why(world: World) -> None:
@@ -233,11 +255,12 @@ def test_event_failures_are_not_fatal(world: World) -> None:
 
 def test_core_v1_events_when_events_k8s_io_is_not_served(world: World) -> None:
     world.api.events_v1_served = False
-    world.apply("services", service("web"))
+    world.apply("services", with_uid(service("web")))
     world.reconcile("default/web")
     [event] = world.api.events
     assert event["apiVersion"] == "v1"
     assert event["involvedObject"]["name"] == "web"
+    assert event["involvedObject"]["uid"] == UID
     assert event["reason"] == "IPsAssigned"
 
 

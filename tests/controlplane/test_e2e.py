@@ -12,63 +12,37 @@ One module-scoped world (one ``serve``, the deploy/ namespace); every wait has a
 from __future__ import annotations
 
 import json
-import socket
-import ssl
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
 from app import demo
 from tests.controlplane.plane import ControlPlane
+from tests.controlplane.serving import (
+    CLASS,
+    DEPLOY,
+    EXCLUDE,
+    ROOT,
+    WAIT,
+    apply_deploy,
+    refused,
+    start_serve,
+    stop,
+    wait_for,
+    wait_ready,
+    warnings,
+)
 
 pytestmark = pytest.mark.controlplane
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
 EXPECTED = ROOT / "examples" / "kind-4node" / "expected.txt"
-NAMESPACE = "node-ipam-lb"  # deploy/base's namespace and ServiceAccount name
-CLASS = "io.cilium/node"
-EXCLUDE = "node.kubernetes.io/exclude-from-external-load-balancers"
-WAIT = 30.0
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    """Poll ``check`` every 0.2 s until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:g} s (last: {result!r})")
-        time.sleep(0.2)
-
-
-def _ready(url: str, ca: Path) -> bool:
-    """``GET /readyz`` answers 200 over TLS verified against ``ca`` (app.demo.ready passes
-    ``verify=<path>``, which this httpx deprecates)."""
-    if not ca.exists():
-        return False
-    try:
-        context = ssl.create_default_context(cafile=str(ca))
-        return httpx.get(f"{url}/readyz", verify=context, timeout=2).status_code == 200
-    except (httpx.HTTPError, ssl.SSLError):
-        return False
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -97,62 +71,15 @@ def _apply_ok(target: World | ControlPlane, text: str, *extra: str) -> str:
     return str(result.stdout + result.stderr)
 
 
-def start_serve(
-    plane: ControlPlane, workdir: Path, name: str, *extra: str
-) -> tuple[subprocess.Popen[bytes], str, Path, Path]:
-    """``python -m app serve`` as deploy/'s ServiceAccount; returns (process, url, ca, log)."""
-    token = plane.token_for(NAMESPACE, NAMESPACE)
-    kubeconfig = plane.write_kubeconfig(workdir / f"{name}.kubeconfig", user=NAMESPACE, token=token)
-    port = _free_port()
-    ca = workdir / f"{name}-ca.crt"
-    log = workdir / f"{name}.log"
-    args = [
-        sys.executable,
-        "-m",
-        "app",
-        "serve",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--bind-address",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--ca-bundle-out",
-        str(ca),
-        "--leader-election-namespace",
-        NAMESPACE,
-        *extra,
-    ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    return process, f"https://127.0.0.1:{port}", ca, log
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-
-
 @pytest.fixture(scope="module")
 def world(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    applied = control_plane.kubectl("apply", "-k", str(DEPLOY), check=False)
-    assert applied.returncode == 0, applied.stdout + applied.stderr
+    apply_deploy(control_plane)
     workdir = tmp_path_factory.mktemp("e2e")
     process, url, ca, log = start_serve(
         control_plane, workdir, "serve", "--default-lb-service-ipam", "nodeipam"
     )
     try:
-
-        def up() -> bool:
-            assert process.poll() is None, log.read_text()[-3000:]
-            return _ready(url, ca)
-
-        wait_for(up, "serve answers /readyz")
+        wait_ready(process, url, ca, log)
         configs = demo.webhook_configurations(url, ca.read_bytes())
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": configs})
         _apply_ok(control_plane, text)
@@ -168,7 +95,7 @@ def world(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
         wait_for(denied, "the validating webhook is called")
         yield world
     finally:
-        _stop(process)
+        stop(process)
 
 
 def _fresh_namespace(plane: ControlPlane) -> str:
@@ -285,19 +212,13 @@ def _converged(world: World, wanted: dict[tuple[str, str], list[str] | None]) ->
     return True
 
 
-def _warnings(world: World) -> str:
-    """serve's warning and error log lines (a refused call shows there with its status)."""
-    lines = world.log.read_text(errors="replace").splitlines()
-    return "\n".join(line for line in lines if '"level":"info"' not in line)[-3000:]
-
-
 def test_example_converges_to_expected(example: World) -> None:
     wanted = _expected()
     deadline = time.monotonic() + WAIT
     while not _converged(example, wanted):
         if time.monotonic() > deadline:
             pytest.fail(
-                f"expected.txt not reached within {WAIT:g} s; serve says:\n" + _warnings(example)
+                f"expected.txt not reached within {WAIT:g} s; serve says:\n" + warnings(example.log)
             )
         time.sleep(0.2)
     table = example.kubectl("get", "svc", "-n", "default", "nginx-cluster").stdout
@@ -317,12 +238,9 @@ def test_kubectl_get_events_shows_ours(example: World) -> None:
     assert "AddressesAssigned" in table or "Normal" in table, table
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: our Events carry no regarding.uid, and kubectl describe selects "
-    "Events by involvedObject.uid, so it shows 'Events: <none>' on a real cluster",
-)
 def test_kubectl_describe_svc_shows_our_events(example: World) -> None:
+    """kubectl describe selects a Service's Events by involvedObject.uid (regarding.uid):
+    ours must carry the Service's uid."""
     wait_for(lambda: _converged(example, _expected()), "the example converges")
     wait_for(
         lambda: "service/nginx-cluster" in example.kubectl("get", "events", "-n", "default").stdout,
@@ -437,6 +355,6 @@ def test_the_real_server_accepted_every_write(example: World) -> None:
     """No call of ours was refused: no 4xx in serve's log (403 = an RBAC gap in deploy/,
     422 = a status the real server rejects)."""
     wait_for(lambda: _converged(example, _expected()), "the example converges")
-    refused = [line for line in _warnings(example).splitlines() if '"status":4' in line]
-    assert not refused, "\n".join(refused[:20])
+    refusals = refused(example.log)
+    assert not refusals, "\n".join(refusals[:20])
     assert example.process.poll() is None

@@ -1,0 +1,142 @@
+"""Shared by the end-to-end modules (test_e2e*.py): ``node-ipam-lb serve`` run on the host
+as deploy/'s ServiceAccount against the real kube-apiserver, and bounded waits.
+
+``serve`` gets a TokenRequest token of ServiceAccount ``node-ipam-lb/node-ipam-lb`` (what
+``kubectl apply -k deploy/`` creates), so the real RBAC authorizer judges every call it
+makes with deploy/'s roles.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.controlplane.plane import ControlPlane
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+NAMESPACE = "node-ipam-lb"  # deploy/base's namespace, ServiceAccount and Lease name
+CLASS = "io.cilium/node"
+EXCLUDE = "node.kubernetes.io/exclude-from-external-load-balancers"
+WAIT = 30.0
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    """Poll ``check`` every 0.2 s until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout:g} s (last: {result!r})")
+        time.sleep(0.2)
+
+
+def tls(ca: Path) -> ssl.SSLContext:
+    """A client TLS context trusting only ``ca`` (httpx deprecates ``verify=<path>``)."""
+    return ssl.create_default_context(cafile=str(ca))
+
+
+def ready(url: str, ca: Path) -> bool:
+    """``GET /readyz`` answers 200 over TLS verified against ``ca``."""
+    if not ca.exists():
+        return False
+    try:
+        return httpx.get(f"{url}/readyz", verify=tls(ca), timeout=2).status_code == 200
+    except (httpx.HTTPError, ssl.SSLError):
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def apply_deploy(plane: ControlPlane) -> None:
+    """``kubectl apply -k deploy/`` (idempotent: every e2e module may do it)."""
+    applied = plane.kubectl("apply", "-k", str(DEPLOY), check=False)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+
+
+def start_serve(
+    plane: ControlPlane,
+    workdir: Path,
+    name: str,
+    *extra: str,
+    env: Mapping[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], str, Path, Path]:
+    """``python -m app serve`` as deploy/'s ServiceAccount; returns (process, url, ca, log).
+    ``env`` is added to this process's environment (e.g. ``POD_NAME``, the base of the
+    leader-election identity)."""
+    token = plane.token_for(NAMESPACE, NAMESPACE)
+    kubeconfig = plane.write_kubeconfig(workdir / f"{name}.kubeconfig", user=NAMESPACE, token=token)
+    port = free_port()
+    ca = workdir / f"{name}-ca.crt"
+    log = workdir / f"{name}.log"
+    args = [
+        sys.executable,
+        "-m",
+        "app",
+        "serve",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--bind-address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ca-bundle-out",
+        str(ca),
+        "--leader-election-namespace",
+        NAMESPACE,
+        *extra,
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {})}
+        )
+    return process, f"https://127.0.0.1:{port}", ca, log
+
+
+def wait_ready(process: subprocess.Popen[bytes], url: str, ca: Path, log: Path) -> None:
+    """Until ``serve`` answers ``/readyz``; fails with its log's tail if it exits."""
+
+    def up() -> bool:
+        assert process.poll() is None, log.read_text()[-3000:]
+        return ready(url, ca)
+
+    wait_for(up, "serve answers /readyz")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def warnings(log: Path) -> str:
+    """serve's warning and error log lines (a refused call shows there with its status)."""
+    lines = log.read_text(errors="replace").splitlines()
+    return "\n".join(line for line in lines if '"level":"info"' not in line)[-3000:]
+
+
+def refused(log: Path) -> list[str]:
+    """serve's log lines about a call the API server refused with a 4xx (403 = an RBAC gap
+    in deploy/, 422 = an object the real server rejects)."""
+    lines = log.read_text(errors="replace").splitlines()
+    return [line for line in lines if '"level":"info"' not in line and '"status":4' in line]
