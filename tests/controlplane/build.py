@@ -349,6 +349,29 @@ def _lock(root: Path, key: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _install(
+    staging: Path, directory: Path, *, go: str, start: float, versions: dict[str, str]
+) -> float:
+    """Stamp a finished build in ``staging`` (``versions``, go version, recipe, build time)
+    and move it to ``directory``, replacing what was there; returns the seconds since
+    ``start`` (``time.monotonic``)."""
+    elapsed = time.monotonic() - start
+    go_version = subprocess.run(
+        [go, "version"], capture_output=True, text=True, env=go_env(), check=False
+    ).stdout.strip()
+    info = {
+        **versions,
+        "go": go_version,
+        "recipe": RECIPE,
+        "build_seconds": round(elapsed, 1),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (staging / STAMP).write_text(json.dumps(info, indent=2) + "\n")
+    shutil.rmtree(directory, ignore_errors=True)
+    staging.rename(directory)
+    return elapsed
+
+
 def build_helm(*, progress: Progress = _stderr_progress, interval: float = 15.0) -> Path:
     """Return the cached ``helm`` binary, building it first when it is missing (same
     flags, locking and staging as :func:`build`; output in ``<cache>/<key>.build.log``).
@@ -387,20 +410,7 @@ def build_helm(*, progress: Progress = _stderr_progress, interval: float = 15.0)
                 progress=progress,
                 interval=interval,
             )
-        elapsed = time.monotonic() - start
-        go_version = subprocess.run(
-            [go, "version"], capture_output=True, text=True, env=go_env(), check=False
-        ).stdout.strip()
-        info = {
-            "helm": version,
-            "go": go_version,
-            "recipe": RECIPE,
-            "build_seconds": round(elapsed, 1),
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-        (staging / STAMP).write_text(json.dumps(info, indent=2) + "\n")
-        shutil.rmtree(directory, ignore_errors=True)
-        staging.rename(directory)
+        elapsed = _install(staging, directory, go=go, start=start, versions={"helm": version})
         progress(f"built helm in {_format_elapsed(elapsed)}")
     found = find_helm()
     assert found is not None
@@ -466,21 +476,8 @@ def build(
                 progress=progress,
                 interval=interval,
             )
-        elapsed = time.monotonic() - start
-        go_version = subprocess.run(
-            [go, "version"], capture_output=True, text=True, env=go_env(), check=False
-        ).stdout.strip()
-        info = {
-            "kubernetes": k8s,
-            "etcd": etcd,
-            "go": go_version,
-            "recipe": RECIPE,
-            "build_seconds": round(elapsed, 1),
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-        (staging / STAMP).write_text(json.dumps(info, indent=2) + "\n")
-        shutil.rmtree(directory, ignore_errors=True)
-        staging.rename(directory)
+        versions = {"kubernetes": k8s, "etcd": etcd}
+        elapsed = _install(staging, directory, go=go, start=start, versions=versions)
         progress(f"built in {_format_elapsed(elapsed)}")
     found = find_binaries()
     assert found is not None
