@@ -46,6 +46,7 @@ MATRIX: dict[str, dict[str, Any]] = {
     "existing-secret": {"certificates": {"mode": "existing-secret", "caBundle": CA_PEM}},
     "precreated-secret": {"certificates": {"precreateSecret": True}},
     "default-nodeipam": {"settings": {"default-lb-service-ipam": "nodeipam"}},
+    "no-webhook": {"settings": {"webhook": False}},
     "network-policy": {
         "networkPolicy": {
             "enabled": True,
@@ -185,6 +186,17 @@ def test_existing_secret_mode_mounts_the_secret_and_sets_the_ca_bundle(helm: Pat
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         (hook,) = find(objects, kind, "node-ipam-lb")["webhooks"]
         assert base64.b64decode(hook["clientConfig"]["caBundle"]).decode() == CA_PEM
+
+
+def test_webhook_configurations_are_rendered_only_when_serve_answers_admission(
+    helm: Path,
+) -> None:
+    kinds = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    default = {o["kind"] for o in template(helm, MATRIX["default"])}
+    assert set(kinds) <= default
+    objects = template(helm, MATRIX["no-webhook"])
+    assert not [o for o in objects if o["kind"] in kinds]
+    assert env(objects)["NODE_IPAM_WEBHOOK"] == "false"
 
 
 def test_another_namespace_is_used_everywhere_a_namespace_appears(helm: Path) -> None:
