@@ -29,27 +29,7 @@ kind: Config
 clusters:
 - name: fakeapi
   cluster:
-    server: {url}
-users:
-- name: fakeapi-admin
-  user:
-    token: fakeapi-admin-token
-contexts:
-- name: fakeapi
-  context:
-    cluster: fakeapi
-    user: fakeapi-admin
-    namespace: default
-current-context: fakeapi
-"""
-
-TLS_KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters:
-- name: fakeapi
-  cluster:
-    server: {url}
-    certificate-authority: {ca}
+    server: {url}{cluster_extra}
 users:
 - name: fakeapi-admin
   user:
@@ -62,6 +42,7 @@ contexts:
     namespace: default
 current-context: fakeapi
 """
+TOKEN_USER = "    token: fakeapi-admin-token"
 
 
 class FakeApiServer:
@@ -114,7 +95,9 @@ class FakeApiServer:
         self._port = sock.getsockname()[1]
         self.url = f"{'https' if self._tls else 'http'}://{self._host}:{self._port}"
         self.app.server_address = f"{self._host}:{self._port}"
-        self.kubeconfig_path.write_text(KUBECONFIG.format(url=self.url))
+        self.kubeconfig_path.write_text(
+            KUBECONFIG.format(url=self.url, cluster_extra="", user=TOKEN_USER)
+        )
         config = uvicorn.Config(
             self.app,
             log_level="warning",
@@ -168,7 +151,7 @@ class FakeApiServer:
         ca.cert_pem.write_to_path(str(self.ca_path))
         serving = ca.issue_cert("127.0.0.1", "localhost")
         serving.private_key_and_cert_chain_pem.write_to_path(str(tmp / "serving.pem"))
-        user = "    token: fakeapi-admin-token"
+        user = TOKEN_USER
         settings: dict[str, Any] = {"ssl_certfile": str(tmp / "serving.pem")}
         if self._client_certs:
             client = ca.issue_cert("fakeapi-admin")
@@ -180,7 +163,11 @@ class FakeApiServer:
             )
             settings |= {"ssl_ca_certs": str(self.ca_path), "ssl_cert_reqs": ssl.CERT_REQUIRED}
         self.kubeconfig_path.write_text(
-            TLS_KUBECONFIG.format(url=self.url, ca=self.ca_path, user=user)
+            KUBECONFIG.format(
+                url=self.url,
+                cluster_extra=f"\n    certificate-authority: {self.ca_path}",
+                user=user,
+            )
         )
         return settings
 

@@ -22,6 +22,7 @@ import trustme
 
 import app.kube.client as client_module
 from app.kube.client import ApiError, KubernetesAPI
+from bench.bench_requests import event_body
 from tests.controlplane.plane import ControlPlane
 from tests.fakeapi.server import FakeApiServer
 
@@ -29,19 +30,8 @@ STATUS = {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1", "ipMode": 
 
 
 def event(namespace: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "events.k8s.io/v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
-        "eventTime": "2026-01-01T00:00:00.000000Z",
-        "reportingController": "node-ipam-lb",
-        "reportingInstance": "test",
-        "action": "AssignIPs",
-        "reason": "IPsAssigned",
-        "note": "assigned 192.0.2.1",
-        "type": "Normal",
-        "regarding": {"apiVersion": "v1", "kind": "Service", "namespace": namespace, "name": name},
-    }
+    """An ``IPsAssigned`` Event like the recorder's, with a unique name."""
+    return event_body(namespace, name, uuid.uuid4().int % 1_000_000)
 
 
 def service(namespace: str, name: str) -> dict[str, Any]:
