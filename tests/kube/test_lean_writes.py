@@ -170,6 +170,7 @@ class Scripted:
     """A one-thread HTTP/1.1 server on 127.0.0.1 that records every request (head and
     body) and, after each, does what ``after`` says for that request's index: ``"keep"``
     (answer, keep the connection), ``"close"`` (answer, then close: an idle timeout),
+    ``"chunked"`` (a ``100 Continue`` head, then a chunked 422 answer, keep the connection),
     ``"reset"`` (answer, then close with RST) or ``"drop"`` (read it, close without an
     answer). Bounded: at most 50 connections, 60 s, 5 s per read."""
 
@@ -226,6 +227,14 @@ class Scripted:
             if action == "drop":
                 return
             answer = b'{"kind":"Status","status":"Success"}'
+            if action == "chunked":  # what Go's server does past its 2 KiB buffer
+                conn.sendall(
+                    b"HTTP/1.1 100 Continue\r\n\r\n"
+                    b"HTTP/1.1 422 Unprocessable Entity\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n"
+                    % (10, answer[:10], len(answer) - 10, answer[10:])
+                )
+                continue
             conn.sendall(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer)
@@ -283,6 +292,19 @@ def test_the_request_on_the_wire(scripted: Callable[..., Scripted]) -> None:
     assert headers["user-agent"].startswith("OpenAPI-Generator/")
     assert body == b'{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.1","ipMode":"VIP"}]}}}'
     assert server.connections == 1
+    api.close()
+
+
+def test_a_chunked_answer_is_read_whole_and_the_connection_kept(
+    scripted: Callable[..., Scripted],
+) -> None:
+    server = scripted(lambda index: "chunked" if index == 0 else "keep")
+    api = api_for(server.url)
+    with pytest.raises(ApiError) as err:
+        patch(api)
+    assert (err.value.status, err.value.reason) == (422, '{"kind":"Status","status":"Success"}')
+    patch(api)  # the same connection: the chunked body was consumed to its end
+    assert len(server.requests) == 2 and server.connections == 1
     api.close()
 
 
