@@ -55,9 +55,12 @@ class Controller:
         self.settings = settings
         self.identity = identity
         self.cache = ClusterCache()
-        self._api: KubeAPI = api or KubernetesAPI(
-            api_client, request_timeout=settings.request_timeout_seconds
-        )
+        self._own_api: KubernetesAPI | None = None  # closed by stop()
+        if api is None:
+            api = self._own_api = KubernetesAPI(
+                api_client, request_timeout=settings.request_timeout_seconds
+            )
+        self._api: KubeAPI = api
         self._selection = settings.selection()
         # serve --no-reconciler, or enable_node_ipam false (Cilium's enable-node-ipam switch:
         # serve --no-enable-node-ipam or NODE_IPAM_ENABLE_NODE_IPAM=false): watch, never write.
@@ -140,7 +143,8 @@ class Controller:
 
     def stop(self, timeout: float = 10.0, *, release: bool = True) -> None:
         """Stop workers (no write after this returns), informers, and release the Lease
-        (``release=False`` leaves it to expire, as a crashed replica would: tests)."""
+        (``release=False`` leaves it to expire, as a crashed replica would: tests); then
+        close the API client's kept-alive write connections."""
         deadline = time.monotonic() + timeout
         self._stopping.set()
         self.queue.shut_down()
@@ -154,6 +158,8 @@ class Controller:
             self.elector.stop(max(deadline - time.monotonic(), 0.1), release=release)
         for informer in self.informers:
             informer.join(max(deadline - time.monotonic(), 0.0))
+        if self._own_api is not None:  # its kept-alive write connections (idle by now)
+            self._own_api.close()
         log_event(LOG, "controller stopped", identity=self.identity)
 
     def ready(self) -> bool:

@@ -29,11 +29,11 @@ kind: Config
 clusters:
 - name: fakeapi
   cluster:
-    server: {url}
+    server: {url}{cluster_extra}
 users:
 - name: fakeapi-admin
   user:
-    token: fakeapi-admin-token
+{user}
 contexts:
 - name: fakeapi
   context:
@@ -42,6 +42,7 @@ contexts:
     namespace: default
 current-context: fakeapi
 """
+TOKEN_USER = "    token: fakeapi-admin-token"
 
 
 class FakeApiServer:
@@ -50,9 +51,24 @@ class FakeApiServer:
     Use as a context manager or call :meth:`start` / :meth:`stop`. State-changing handles
     (seed, compact, drop_watches) run on the server's event loop so watch events stay in
     resourceVersion order.
+
+    ``tls=True`` serves HTTPS instead (``https://127.0.0.1:<port>``) with a certificate for
+    ``127.0.0.1`` and ``localhost`` from a throw-away ``trustme`` CA (``ca_path``, PEM; the
+    kubeconfig names it as ``certificate-authority``); ``client_certs=True`` also requires
+    a client certificate issued by that CA (the kubeconfig then carries
+    ``client-certificate``/``client-key`` instead of the token), like kube-apiserver's
+    ``--client-ca-file``.
     """
 
-    def __init__(self, *, port: int = 0, host: str = "127.0.0.1", history_limit: int = 200_000):
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        history_limit: int = 200_000,
+        tls: bool = False,
+        client_certs: bool = False,
+    ):
         self.cluster = Cluster(history_limit=history_limit)
         self.faults = Faults()
         self.app = FakeApiApp(self.cluster, self.faults)
@@ -64,6 +80,9 @@ class FakeApiServer:
         self._tmp = tempfile.TemporaryDirectory(prefix="fakeapi-")
         self.url = ""
         self.kubeconfig_path = Path(self._tmp.name) / "kubeconfig"
+        self._tls = tls or client_certs
+        self._client_certs = client_certs
+        self.ca_path = Path(self._tmp.name) / "ca.crt"
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> Self:
@@ -74,15 +93,18 @@ class FakeApiServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self._host, self._port))
         self._port = sock.getsockname()[1]
-        self.url = f"http://{self._host}:{self._port}"
+        self.url = f"{'https' if self._tls else 'http'}://{self._host}:{self._port}"
         self.app.server_address = f"{self._host}:{self._port}"
-        self.kubeconfig_path.write_text(KUBECONFIG.format(url=self.url))
+        self.kubeconfig_path.write_text(
+            KUBECONFIG.format(url=self.url, cluster_extra="", user=TOKEN_USER)
+        )
         config = uvicorn.Config(
             self.app,
             log_level="warning",
             lifespan="off",
             access_log=False,
             timeout_graceful_shutdown=1,
+            **(self._tls_files() if self._tls else {}),
         )
         self._server = uvicorn.Server(config)
         ready = threading.Event()
@@ -117,6 +139,38 @@ class FakeApiServer:
             time.sleep(0.005)
         return self
 
+    def _tls_files(self) -> dict[str, Any]:
+        """Write the CA, serving and (with ``client_certs``) client key pairs, the TLS
+        kubeconfig; return uvicorn's ``ssl_*`` settings."""
+        import ssl
+
+        import trustme
+
+        tmp = Path(self._tmp.name)
+        ca = trustme.CA()
+        ca.cert_pem.write_to_path(str(self.ca_path))
+        serving = ca.issue_cert("127.0.0.1", "localhost")
+        serving.private_key_and_cert_chain_pem.write_to_path(str(tmp / "serving.pem"))
+        user = TOKEN_USER
+        settings: dict[str, Any] = {"ssl_certfile": str(tmp / "serving.pem")}
+        if self._client_certs:
+            client = ca.issue_cert("fakeapi-admin")
+            client.cert_chain_pems[0].write_to_path(str(tmp / "client.crt"))
+            client.private_key_pem.write_to_path(str(tmp / "client.key"))
+            user = (
+                f"    client-certificate: {tmp / 'client.crt'}\n"
+                f"    client-key: {tmp / 'client.key'}"
+            )
+            settings |= {"ssl_ca_certs": str(self.ca_path), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+        self.kubeconfig_path.write_text(
+            KUBECONFIG.format(
+                url=self.url,
+                cluster_extra=f"\n    certificate-authority: {self.ca_path}",
+                user=user,
+            )
+        )
+        return settings
+
     def stop(self) -> None:
         """Close watches and stop serving (returns in well under a second)."""
         if self._server is None or self._thread is None:
@@ -134,9 +188,11 @@ class FakeApiServer:
         """Start, print the URL on one line, serve until SIGTERM/SIGINT, then stop.
 
         The standalone entry point (``python -m tests.fakeapi``) and benchmark launchers
-        share this; call it from the main thread (signal handlers are installed).
+        share this; call it from the main thread (signal handlers are installed). A server
+        already started is not started again.
         """
-        self.start()
+        if self._server is None:
+            self.start()
         print(self.url, flush=True)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -168,7 +224,15 @@ class FakeApiServer:
 
     # -- clients -----------------------------------------------------------------------
     def client(self) -> kubernetes.client.ApiClient:
-        """A ``kubernetes.client.ApiClient`` configured for this server."""
+        """A ``kubernetes.client.ApiClient`` configured for this server (with ``tls``: from
+        its kubeconfig, so the CA and client certificate are the kubeconfig's)."""
+        if self._tls:
+            from kubernetes import config as kube_config
+
+            client: kubernetes.client.ApiClient = kube_config.new_client_from_config(
+                config_file=str(self.kubeconfig_path)
+            )
+            return client
         cfg = kubernetes.client.Configuration()
         cfg.host = self.url
         return kubernetes.client.ApiClient(cfg)
