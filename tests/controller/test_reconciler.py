@@ -395,9 +395,19 @@ def test_services_sharing_selection_inputs_share_one_select_with_the_same_outcom
         calls.append(kwargs["service"])
         return real(**kwargs)
 
+    for k, raw in enumerate(cluster.services):  # as the API server sets it: one per Service
+        raw["metadata"]["uid"] = f"00000000-0000-4000-8000-{k:012d}"
     services = [service_view(s) for s in cluster.services]
+    computed = []
+    own_select = SharedSelections._select
+
+    def computing(self: Any, service: Any, *args: Any) -> Any:
+        computed.append(service)
+        return own_select(self, service, *args)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("app.controller.reconciler.select", counting)
+        patch.setattr(SharedSelections, "_select", computing)
         for svc in services:
             mine = [s for s in slices if s.service_name == svc.name]
             got = shared.outcome(svc, index, mine, 1.8e9)
@@ -408,3 +418,5 @@ def test_services_sharing_selection_inputs_share_one_select_with_the_same_outcom
     local = sum(s.external_traffic_policy == "Local" for s in services)
     distinct = len({(s.match_node_labels, s.ip_families, s.ip_family_policy) for s in services})
     assert len(calls) <= local + distinct < len(services)
+    # summarise or select ran once per distinct input (the uid is no selection input)
+    assert len(computed) <= local + distinct < len(services)
