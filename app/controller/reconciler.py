@@ -57,8 +57,11 @@ LOG = logging.getLogger("node_ipam_lb.reconciler")
 
 
 def status_patch(ingress: tuple[dict[str, str], ...]) -> dict[str, Any]:
-    """The merge patch body that sets ``status.loadBalancer.ingress`` and nothing else."""
-    return {"status": {"loadBalancer": {"ingress": [dict(entry) for entry in ingress]}}}
+    """The merge patch body that sets ``status.loadBalancer.ingress`` and nothing else.
+
+    The entries are the Outcome's own (read-only, shared by every Service with that
+    Outcome), not copies: the body is only encoded."""
+    return {"status": {"loadBalancer": {"ingress": list(ingress)}}}
 
 
 NAMES_SHOWN = 3

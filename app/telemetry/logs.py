@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any
 
+import orjson
+
 # LogRecord's own attributes, plus uvicorn's ANSI-coloured duplicate of the message.
 _RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
     "message",
@@ -45,7 +47,11 @@ class JSONFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info:
             line["error"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str, separators=(",", ":"))
+        try:
+            # orjson: ~10x cheaper per line (one per status write: 10,000 at a cold start)
+            return orjson.dumps(line, default=str).decode()
+        except (TypeError, orjson.JSONEncodeError):  # a lone surrogate, a non-str key
+            return json.dumps(line, default=str, separators=(",", ":"))
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

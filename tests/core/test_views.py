@@ -39,6 +39,29 @@ def test_canonical_ip(text: str, expected: tuple[str, str] | None) -> None:
     assert (got[:2] if got else None) == expected
 
 
+def test_canonical_ip_dotted_quad_fast_path_agrees_with_ipaddress() -> None:
+    """The IPv4 fast path answers exactly what the ipaddress path answers, on every
+    combination of edge octets (leading zeros, 255/256, empty, too few or many parts)."""
+    import ipaddress
+    import itertools
+
+    octets = ["0", "00", "01", "1", "9", "10", "99", "100", "199", "200", "249", "250"]
+    octets += ["255", "256", "300", "", "a", "1 ", "\u0661"]
+
+    def reference(text: str) -> tuple[str, str, int] | None:
+        try:
+            addr = ipaddress.IPv4Address(text)
+        except ValueError:
+            return None
+        return str(addr), "IPv4", int(addr)
+
+    samples = [".".join(p) for n in (3, 4) for p in itertools.product(octets, repeat=n)]
+    samples += ["1.2.3.4.5", "1.2.3.4.", ".1.2.3.4"]
+    assert len(samples) > 10_000
+    for text in samples:
+        assert canonical_ip(text) == reference(text), text
+
+
 def test_node_view_keeps_external_and_internal_ips_in_api_order() -> None:
     obj = node_obj(
         "n1",
