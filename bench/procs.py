@@ -100,6 +100,26 @@ def wait_for(
         time.sleep(interval)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far, in seconds (``utime + stime`` of
+    ``/proc/PID/stat``, every thread)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def memory_mb(pid: int, field: str = "VmHWM") -> float:
+    """``VmHWM`` (peak RSS) or ``VmRSS`` of process ``pid`` from ``/proc/PID/status``, in MiB.
+
+    Raises:
+        ValueError: the field is not in the file.
+    """
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise ValueError(f"{field} not in /proc/{pid}/status")
+
+
 class Process:
     """A child process started by a benchmark; ``log`` holds its stdout+stderr."""
 
@@ -133,16 +153,11 @@ class Process:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the process so far, in seconds."""
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        fields = stat.rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return cpu_seconds(self.pid)
 
     def memory_mb(self, field: str = "VmHWM") -> float:
         """``VmHWM`` (peak RSS) or ``VmRSS`` of the process, in MiB."""
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-        raise ValueError(f"{field} not in /proc/{self.pid}/status")
+        return memory_mb(self.pid, field)
 
     def alive(self) -> bool:
         """True while the process has not exited."""
@@ -168,19 +183,35 @@ class Process:
         self._log_file.close()
 
 
-class FakeApi:
-    """The fake API process and an HTTP client for it."""
+class HttpApi:
+    """What the benchmarks need of a Kubernetes API server process, fake or real: an HTTP
+    client (``http``), its ``kubeconfig`` for ``serve``, request counters keyed like the fake
+    API's (``"patch services/status"``, ``"create events"``), and its CPU time."""
 
-    def __init__(self, process: Process, url: str, kubeconfig: Path) -> None:
-        self.process = process
+    label = "API server"
+    """How the printed figures name it."""
+
+    def __init__(self, url: str, kubeconfig: Path, http: httpx.Client) -> None:
         self.url = url
         self.kubeconfig = kubeconfig
-        self.http = httpx.Client(base_url=url, timeout=60.0)
+        self.http = http
 
     def requests(self) -> dict[str, int]:
-        """The request counters (``{"patch services/status": 3, ...}``)."""
-        counters: dict[str, int] = self.http.get("/_fake/requests").json()
-        return counters
+        """The request counters since the last :meth:`reset_requests`
+        (``{"patch services/status": 3, ...}``)."""
+        raise NotImplementedError
+
+    def reset_requests(self) -> None:
+        """Start counting requests from zero."""
+        raise NotImplementedError
+
+    def cpu_seconds(self) -> float:
+        """CPU time (``utime + stime``) of the server process(es) so far, in seconds."""
+        raise NotImplementedError
+
+    def cpu_by_process(self) -> dict[str, float]:
+        """CPU time so far of each server process, by name, in seconds."""
+        raise NotImplementedError
 
     def count(self, key: str) -> int:
         """One request counter (0 when absent), e.g. ``"patch services/status"``."""
@@ -192,7 +223,9 @@ class FakeApi:
         items: list[dict[str, Any]] = []
         params: dict[str, Any] = {"limit": limit}
         while True:
-            body = self.http.get(path, params=params).json()
+            response = self.http.get(path, params=params)
+            response.raise_for_status()
+            body = response.json()
             items.extend(body["items"])
             token = body["metadata"].get("continue")
             if not token:
@@ -209,6 +242,37 @@ class FakeApi:
         response.raise_for_status()
         result: dict[str, Any] = response.json()
         return result
+
+    def stop(self) -> None:
+        """Stop the server process(es) and close the client."""
+        raise NotImplementedError
+
+
+class FakeApi(HttpApi):
+    """The fake API process and an HTTP client for it."""
+
+    label = "fake API"
+
+    def __init__(self, process: Process, url: str, kubeconfig: Path) -> None:
+        super().__init__(url, kubeconfig, httpx.Client(base_url=url, timeout=60.0))
+        self.process = process
+
+    def requests(self) -> dict[str, int]:
+        """The fake API's own request counters (``/_fake/requests``)."""
+        counters: dict[str, int] = self.http.get("/_fake/requests").json()
+        return counters
+
+    def reset_requests(self) -> None:
+        """``DELETE /_fake/requests``."""
+        self.http.delete("/_fake/requests")
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the fake API process."""
+        return self.process.cpu_seconds()
+
+    def cpu_by_process(self) -> dict[str, float]:
+        """``{"fake API": seconds}``."""
+        return {self.label: self.cpu_seconds()}
 
     def stop(self) -> None:
         self.http.close()

@@ -335,6 +335,15 @@ class ControlPlane:
                 return server.name
         return None
 
+    def pids(self) -> dict[str, int]:
+        """Process ids of the running servers by name (``"etcd"``, ``"kube-apiserver"``),
+        e.g. to read their CPU time from ``/proc`` (bench/realapi.py)."""
+        return {
+            server.name: server.proc.pid
+            for server in self._servers
+            if server.proc is not None and server.proc.poll() is None
+        }
+
     # -- set-up steps --------------------------------------------------------------------
     def _write_pki(self) -> None:
         pki = self.workdir / "pki"

@@ -1,5 +1,6 @@
 """pytest plugin (registered in ``tests/conftest.py``): the session fixture ``control_plane``,
-the module fixture ``own_control_plane`` and the session fixture ``helm``.
+the module fixture ``own_control_plane``, the session fixtures ``control_plane_binaries``
+(for a test that starts its own ``ControlPlane``) and ``helm``.
 
 Tests that use one of them get the ``controlplane`` marker, so ``-m "not controlplane"``
 leaves the tier out. When such tests are collected and the binaries are not cached, they
@@ -28,7 +29,8 @@ from tests.controlplane.build import (
 from tests.controlplane.plane import ControlPlane
 
 FIXTURE = "control_plane"
-PLANE_FIXTURES = (FIXTURE, "own_control_plane")
+BINARIES_FIXTURE = "control_plane_binaries"
+PLANE_FIXTURES = (FIXTURE, "own_control_plane", BINARIES_FIXTURE)
 HELM_FIXTURE = "helm"
 REQUIRE_ENV = "NODE_IPAM_REQUIRE_CONTROL_PLANE"
 NO_GO = "go not found; run python -m tests.controlplane build"
@@ -101,6 +103,14 @@ def _binaries(request: pytest.FixtureRequest) -> Binaries:
             _unavailable(str(err))
     assert binaries is not None
     return binaries
+
+
+@pytest.fixture(scope="session")
+def control_plane_binaries(request: pytest.FixtureRequest) -> Binaries:
+    """The cached kube-apiserver and etcd, for a test that starts a ``ControlPlane`` of its
+    own with other flags (the benchmarks' dual-stack one, bench/realapi.py); skips (or
+    fails under ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1``) like ``control_plane``."""
+    return _binaries(request)
 
 
 @pytest.fixture(scope="session")
