@@ -16,9 +16,10 @@ next to the figure quoted in the issue for the code before the fix:
 6. memo (run first, on the fresh process): ``--memo-selectors`` (10,000) dry-run reviews
    of distinct selectors matching no Node.
 
-During each, a prober measures ``/healthz`` and an ordinary review (the ~2 KB ``kubectl
-apply`` review of :mod:`bench.bench_admission`) every 50 ms, and a sampler reads serve's
-RSS every 50 ms. Every loop is bounded by count and by ``--seconds`` per attack.
+During each, a prober measures ``/healthz`` (on serve's health-probe port,
+``--health-probe-bind-address``, where the kubelet probes it) and an ordinary review (the
+~2 KB ``kubectl apply`` review of :mod:`bench.bench_admission`) every 50 ms, and a sampler
+reads serve's RSS every 50 ms. Every loop is bounded by count and by ``--seconds`` per attack.
 
 The prober runs in a process of its own (``multiprocessing``, spawned), not as threads
 beside the attackers: with 48-64 attacker threads in one process, a probe thread waited
@@ -159,8 +160,11 @@ class ProbeTarget:
 
     @classmethod
     def of(cls, serve: Serve, ca: Path) -> ProbeTarget:
-        """The target of ``serve`` (``/healthz`` on its TLS port)."""
-        return cls(url=serve.url, ca=ca, health_url=serve.url + "/healthz", pid=serve.process.pid)
+        """The target of ``serve``: ``/healthz`` on its health-probe port, where a
+        kubelet probes it (deploy/), the ordinary review on its TLS port."""
+        return cls(
+            url=serve.url, ca=ca, health_url=serve.health_url + "/healthz", pid=serve.process.pid
+        )
 
 
 def _probe_process(target: ProbeTarget, period: float, started: Any, stop: Any, out: Any) -> None:
@@ -506,7 +510,14 @@ def run(options: Options, workdir: Path, *, out: Callable[[str], None] = print) 
         figures[name] = now
         out(f"{title}\n  before: {BEFORE[name]}\n  now:    {now}")
 
+    def probed(serve: Serve) -> None:
+        out(
+            f"serve: webhook on {serve.url}; /healthz probed on its health-probe port"
+            f" {serve.health_url} (--health-probe-bind-address), as a kubelet does"
+        )
+
     fake, serve, ca = start(workdir / "plain", nodes=options.nodes)
+    probed(serve)
     try:
         report(
             "memo",
@@ -551,6 +562,7 @@ def run(options: Options, workdir: Path, *, out: Callable[[str], None] = print) 
         serve.stop()
         fake.stop()
     fake, serve, ca = start(workdir / "auth", nodes=options.nodes, flags=("--auth", "kubernetes"))
+    probed(serve)
     try:
         report(
             "auth",

@@ -37,7 +37,10 @@ def test_every_attack_runs_against_serve_and_prints_before_and_now(tmp_path: Pat
     printed: list[str] = []
     figures = bench_hostile.run(TINY, tmp_path, out=printed.append)
     assert set(figures) == set(bench_hostile.BEFORE)
-    assert all("before:" in block and "now:" in block for block in printed)
+    blocks = [block for block in printed if not block.startswith("serve: ")]
+    assert all("before:" in block and "now:" in block for block in blocks)
+    probed = [block for block in printed if block.startswith("serve: ")]
+    assert len(probed) == 2 and all("health-probe port http://127.0.0.1:" in b for b in probed)
     assert "200:" in figures["cpu"] and "ordinary review" in figures["cpu"]
     assert "/healthz" in figures["loop"]
     assert "413: " in figures["memory"]  # the 7.3 MB reviews
