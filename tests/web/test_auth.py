@@ -209,3 +209,104 @@ def test_a_garbled_token_review_answer_is_a_rejected_token(answer: dict[str, Any
     with pytest.raises(AccessError) as err:
         KubernetesAuthorizer(reviews).check(token="good", verb="get", path="/metrics")
     assert err.value.status == 401
+
+
+def test_begin_decides_from_the_caches_without_an_api_call() -> None:
+    reviews, clock = FakeReviews(), Clock()
+    authorizer = KubernetesAuthorizer(reviews, clock=clock)
+    with pytest.raises(AccessError) as err:
+        authorizer.check(token="forged", verb="get", path="/metrics")
+    authorizer.check(token="good", verb="get", path="/metrics")
+    with pytest.raises(AccessError):
+        authorizer.check(token="good", verb="get", path="/preview/a/b")
+    calls = list(reviews.calls)
+    for token, path, status in (
+        (None, "/metrics", 401),
+        ("forged", "/metrics", 401),  # rejected within 10 s
+        ("good", "/preview/a/b", 403),  # denial cached
+    ):
+        with pytest.raises(AccessError) as err:
+            authorizer.begin(token=token, verb="get", path=path)
+        assert err.value.status == status, (token, path)
+    assert authorizer.begin(token="good", verb="get", path="/metrics") is None  # allowed
+    assert reviews.calls == calls, "no review sent"
+    pending = authorizer.begin(token="new", verb="get", path="/metrics")
+    assert pending is not None and reviews.calls == calls, "sent only when run"
+    with pytest.raises(AccessError) as err:
+        pending.run()
+    assert err.value.status == 401 and reviews.calls == [*calls, "TokenReview"]
+    clock.now = 11  # the rejection expired: reviewed again
+    assert authorizer.begin(token="forged", verb="get", path="/metrics") is not None
+
+
+def test_a_review_slot_is_held_from_begin_until_run_ends_or_it_is_abandoned() -> None:
+    reviews = FakeReviews()
+    authorizer = KubernetesAuthorizer(reviews, max_in_flight=1)
+    first = authorizer.begin(token="good", verb="get", path="/metrics")
+    assert first is not None
+    with pytest.raises(AccessError) as err:
+        authorizer.begin(token="other", verb="get", path="/metrics")
+    assert err.value.status == 503, "no slot free: refused at once, no review sent"
+    assert reviews.calls == []
+    first.abandon()
+    second = authorizer.begin(token="good", verb="get", path="/metrics")
+    assert second is not None
+    second.run()  # frees its slot; abandon afterwards changes nothing
+    second.abandon()
+    assert reviews.calls == ["TokenReview", "SubjectAccessReview"]
+    third = authorizer.begin(token="other", verb="get", path="/metrics")
+    assert third is not None
+    with pytest.raises(AccessError) as err:
+        first.run()
+    assert err.value.status == 503, "an abandoned review never runs"
+    third.abandon()
+    assert authorizer.begin(token="good", verb="get", path="/metrics") is None
+
+
+def test_rejections_are_answered_while_every_worker_thread_is_busy(
+    controller: FakeController,
+) -> None:
+    # Before: require_access was a sync dependency, a thread-pool hop per request: under a
+    # flood of random tokens each 401/503 queued for a thread like real work.
+    import asyncio
+    import threading
+
+    import anyio.to_thread
+    import httpx
+    from fastapi.concurrency import run_in_threadpool
+
+    reviews = FakeReviews()
+    authorizer = KubernetesAuthorizer(reviews, max_in_flight=1)
+    with pytest.raises(AccessError):
+        authorizer.check(token="forged", verb="get", path="/metrics")
+    authorizer.check(token="good", verb="get", path="/metrics")
+    held = authorizer.begin(token="another", verb="get", path="/metrics")  # the one slot
+    app = create_app(Settings(auth="kubernetes"), controller=controller, authorizer=authorizer)
+    release = threading.Event()
+
+    async def scenario() -> list[int]:
+        limit = int(anyio.to_thread.current_default_thread_limiter().total_tokens)
+        busy = [asyncio.ensure_future(run_in_threadpool(release.wait, 20)) for _ in range(limit)]
+        transport = httpx.ASGITransport(app=app)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="https://t") as client:
+                await asyncio.sleep(0.1)
+                statuses = []
+                for headers in (
+                    {},
+                    {"authorization": "Bearer forged"},
+                    {"authorization": "Bearer x"},
+                ):
+                    response = await asyncio.wait_for(client.get("/metrics", headers=headers), 5)
+                    statuses.append(response.status_code)
+                return statuses
+        finally:
+            release.set()
+            await asyncio.gather(*busy)
+
+    try:
+        assert asyncio.run(scenario()) == [401, 401, 503]
+    finally:
+        assert held is not None
+        held.abandon()
+    assert reviews.calls == ["TokenReview", "TokenReview", "SubjectAccessReview"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 
 from app.config import ADMISSION_BODY_LIMIT, Settings
 from app.core.nodeindex import NodeIndex
@@ -102,8 +103,12 @@ async def get_state(request: Request) -> AppState:
 State = Annotated[AppState, Depends(get_state)]
 
 
-def require_access(request: Request, state: State) -> None:
-    """Bearer-token check for preview and ``/metrics`` (runs in the thread pool).
+async def require_access(request: Request, state: State) -> None:
+    """Bearer-token check for preview and ``/metrics``: decided on the event loop from
+    the authorizer's caches (no token, a rejected token, a cached decision, no review
+    slot free), in a thread only to send a TokenReview/SubjectAccessReview
+    (:meth:`app.web.auth.Authorizer.begin`; issue 14: a flood of random tokens must not
+    cost a thread-pool hop per rejection).
 
     Raises:
         HTTPException: 401/403 (or 503 when access cannot be reviewed now).
@@ -111,8 +116,14 @@ def require_access(request: Request, state: State) -> None:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     bearer = token.strip() if scheme.lower() == "bearer" else None
+    verb, path = request.method.lower(), request.url.path
     try:
-        state.authorizer.check(token=bearer, verb=request.method.lower(), path=request.url.path)
+        review = state.authorizer.begin(token=bearer, verb=verb, path=path)
+        if review is not None:
+            try:
+                await run_in_threadpool(review.run)
+            finally:
+                review.abandon()  # frees the slot only if run never started
     except AccessError as err:
         headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
         raise HTTPException(status_code=err.status, detail=err.reason, headers=headers) from err
