@@ -57,6 +57,14 @@ class AccessError(Exception):
         self.reason = reason
 
 
+class NoReviewSlot(AccessError):
+    """503: ``max_in_flight`` reviews are outstanding; a caller that can wait without
+    holding a thread (the event loop) may try again when one ends."""
+
+    def __init__(self, max_in_flight: int) -> None:
+        super().__init__(503, f"cannot review access now: {max_in_flight} reviews in flight")
+
+
 @dataclass(frozen=True, slots=True)
 class User:
     """The authenticated user as TokenReview reports it (``status.user``)."""
@@ -167,8 +175,9 @@ class KubernetesAuthorizer:
 
         Raises:
             AccessError: 401 without a token or for a token rejected within
-                :data:`REJECTED_TOKEN_TTL_SECONDS`; 403 for a cached denial; 503 when no
-                review slot is free (checked only when a review is needed).
+                :data:`REJECTED_TOKEN_TTL_SECONDS`; 403 for a cached denial;
+                :class:`NoReviewSlot` (503) when no review slot is free (checked only when
+                a review is needed).
         """
         if not token:
             raise AccessError(401, "Unauthorized: a bearer token is required")
@@ -184,9 +193,7 @@ class KubernetesAuthorizer:
                 self._raise_unless(allowed, user, verb, path)
                 return None
         if not self._in_flight.acquire(blocking=False):
-            raise AccessError(
-                503, f"cannot review access now: {self._max_in_flight} reviews in flight"
-            )
+            raise NoReviewSlot(self._max_in_flight)
         known = user if found else None
         return PendingReview(
             lambda: self._review(token=token, digest=digest, verb=verb, path=path, user=known),

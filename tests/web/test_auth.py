@@ -310,3 +310,52 @@ def test_rejections_are_answered_while_every_worker_thread_is_busy(
         assert held is not None
         held.abandon()
     assert reviews.calls == ["TokenReview", "TokenReview", "SubjectAccessReview"]
+
+
+@pytest.mark.parametrize(("wait", "second"), [(10.0, 200), (0.2, 503)])
+def test_a_request_waits_on_the_loop_for_a_review_slot_then_is_answered(
+    controller: FakeController, monkeypatch: pytest.MonkeyPatch, wait: float, second: int
+) -> None:
+    # Before: 503 at once when every slot was taken, so a flood of new tokens was answered
+    # as fast as it was sent (the event loop busy with little else); now it waits, holding
+    # no thread, for a slot to end (then reviewed: 200), or for the wait to end (503).
+    import asyncio
+    import threading
+
+    import httpx
+
+    from app.web.routes import deps
+
+    entered, release = threading.Event(), threading.Event()
+
+    class SlowReviews(FakeReviews):
+        def create_token_review(self, *, body: dict[str, Any]) -> dict[str, Any]:
+            entered.set()
+            release.wait(10)
+            return super().create_token_review(body=body)
+
+    users = {"good": "prom", "other": "prom"}
+    reviews = SlowReviews(users=users, allowed={("prom", "get", "/metrics")})
+    authorizer = KubernetesAuthorizer(reviews, max_in_flight=1)
+    app = create_app(Settings(auth="kubernetes"), controller=controller, authorizer=authorizer)
+    slots = app.state.node_ipam.limits.review_slots
+    monkeypatch.setattr(deps, "ACCESS_REVIEW_WAIT_SECONDS", wait)
+
+    async def scenario() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="https://t") as client:
+            good, other = ({"authorization": f"Bearer {t}"} for t in ("good", "other"))
+            first = asyncio.ensure_future(client.get("/metrics", headers=good))
+            while not entered.is_set():
+                await asyncio.sleep(0.01)  # the first holds the only slot...
+            waiting = asyncio.ensure_future(client.get("/metrics", headers=other))
+            while len(slots) == 0:
+                await asyncio.sleep(0.01)  # ...the second waits for it
+            if second == 503:
+                await asyncio.wait_for(asyncio.shield(waiting), 5)  # its wait ran out
+            release.set()
+            answers = await asyncio.wait_for(asyncio.gather(first, waiting), 10)
+            return [answer.status_code for answer in answers]
+
+    assert asyncio.run(scenario()) == [200, second]
+    assert reviews.calls.count("TokenReview") == (2 if second == 200 else 1)
