@@ -43,4 +43,6 @@ ENV PATH=/opt/venv/bin:$PATH \
 # mounted read-only there, so nothing is written outside the emptyDir volumes.
 USER 65532:65532
 EXPOSE 9443
+# --health-probe-bind-address's default: the kubelet's probes (plain HTTP).
+EXPOSE 8081
 ENTRYPOINT ["node-ipam-lb", "serve"]

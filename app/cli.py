@@ -294,6 +294,9 @@ def serve(
         ),
     ] = None,
     log_level: Annotated[str | None, _flag("debug, info, warning or error")] = None,
+    health_probe_bind_address: Annotated[
+        str | None, _flag("Plain-HTTP /healthz and /readyz listener, host:port; 0 disables it")
+    ] = None,
     max_connections: Annotated[
         int | None, _flag("Open connections at most; more are refused")
     ] = None,

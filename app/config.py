@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from app.core.options import (
@@ -118,6 +118,8 @@ class Settings(SelectionConfig):
     watch_timeout_seconds: int = Field(default=300, ge=1, le=3600)
     request_timeout_seconds: float = Field(default=10.0, gt=0, le=REQUEST_SECONDS_MAX)
     auth: AuthMode | None = None
+    # controller-runtime's flag: plain-HTTP /healthz and /readyz on a listener of their own.
+    health_probe_bind_address: str = ":8081"
 
     # Bounded cost per request (docs/design.md §7.1).
     max_connections: int = Field(default=512, ge=1, le=65536)
@@ -144,6 +146,19 @@ class Settings(SelectionConfig):
     # Benchmark only (bench/bench_churn.py), no flag: model Cilium's policy (every Node event
     # enqueues every managed Service; a status write on every reconcile) for comparison.
     cilium_compat_fanout: bool = False
+
+    @field_validator("health_probe_bind_address")
+    @classmethod
+    def _health_probe_address(cls, value: str) -> str:
+        """``host:port`` as Go's ``net.Listen`` takes it, or ``0`` (see
+        :func:`parse_health_probe_bind_address`)."""
+        parse_health_probe_bind_address(value)
+        return value
+
+    def health_probe_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the health-probe listener (``host`` ``""``: every address),
+        ``None`` when ``health_probe_bind_address`` is ``0`` (disabled)."""
+        return parse_health_probe_bind_address(self.health_probe_bind_address)
 
     @model_validator(mode="after")
     def _consistent_timings(self) -> Self:
@@ -175,6 +190,31 @@ class Settings(SelectionConfig):
                 " between two checks"
             )
         return self
+
+
+def parse_health_probe_bind_address(value: str) -> tuple[str, int] | None:
+    """controller-runtime's ``--health-probe-bind-address``: ``0`` disables the listener;
+    otherwise ``host:port`` as Go's ``net.Listen("tcp", ...)`` takes it (``:8081`` every
+    address, ``127.0.0.1:8081``, ``[::1]:8081``; an IPv6 host in brackets; port 0-65535,
+    0 = any free port).
+
+    Returns ``(host, port)``, ``host`` without brackets (``""`` = every address), or ``None``.
+
+    Raises:
+        ValueError: not of that form, naming the reason.
+    """
+    if value == "0":
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        raise ValueError(f"missing port in address (host:port, :port or 0): {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host or "[" in host or "]" in host:
+        raise ValueError(f"an IPv6 host must be in brackets ([::1]:8081): {value!r}")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"invalid port {port!r} (0-65535): {value!r}")
+    return host, int(port)
 
 
 ConfigT = TypeVar("ConfigT", bound=SelectionConfig)

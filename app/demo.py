@@ -272,6 +272,8 @@ def start_serve(demo: Demo, port: int) -> Path:
         LOOPBACK,
         "--port",
         str(port),
+        "--health-probe-bind-address",
+        f"{LOOPBACK}:0",
         "--ca-bundle-out",
         str(ca),
     ]

@@ -28,6 +28,7 @@ from app.web import tls
 from app.web.app import create_app
 from app.web.auth import AllowAll, Authorizer, KubernetesAuthorizer
 from app.web.connections import CappedListener, protocol_class
+from app.web.healthprobe import HealthProbeServer, start_health_probes
 
 if TYPE_CHECKING:
     from app.web.certsync import CertSync
@@ -231,12 +232,36 @@ def listen(settings: Settings) -> socket.socket:
             and the OS reason (``Address already in use``).
     """
     host, port = settings.bind_address, settings.port
+    return _bind(host, port, flags=f"--bind-address {host} --port {port}")
+
+
+def listen_health_probes(settings: Settings) -> socket.socket | None:
+    """Bind and listen on ``--health-probe-bind-address`` (``None`` when it is ``0``); a
+    host of ``""`` (``:8081``) is every address, IPv4 and IPv6 where the host has both, as
+    Go's ``net.Listen`` binds it.
+
+    Raises:
+        StartupError: the address cannot be bound, naming the flag and the OS reason.
+    """
+    address = settings.health_probe_address()
+    if address is None:
+        return None
+    host, port = address
+    flags = f"--health-probe-bind-address {settings.health_probe_bind_address}"
+    if host:
+        return _bind(host, port, flags=flags)
+    return _bind("::" if socket.has_dualstack_ipv6() else "0.0.0.0", port, flags=flags, backlog=64)
+
+
+def _bind(host: str, port: int, *, flags: str, backlog: int = 2048) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and host == "::":
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # and IPv4
         sock.bind((host, port))
-        sock.listen(2048)  # uvicorn's default backlog
+        sock.listen(backlog)  # 2048: uvicorn's default backlog
     except OSError as err:
         sock.close()
         reason = err.strerror or str(err)
@@ -246,7 +271,7 @@ def listen(settings: Settings) -> socket.socket:
             reason = f"not an address of this host ({reason})"
         elif err.errno == errno.EADDRINUSE:
             reason = f"{reason} (is another process using port {port}?)"
-        raise StartupError(f"--bind-address {host} --port {port}: cannot listen: {reason}") from err
+        raise StartupError(f"{flags}: cannot listen: {reason}") from err
     sock.set_inheritable(True)
     return sock
 
@@ -257,8 +282,11 @@ def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
 
     Order: logging; one warning per unknown variable; one ``settings`` line with every
     effective setting; the cluster configuration (read only, no request); the listening
-    socket (:func:`listen`); only then certificates, controller and app (:func:`build`),
-    so a taken port exits before any API request, let alone a write.
+    socket (:func:`listen`) and the health-probe socket (:func:`listen_health_probes`); only
+    then certificates, controller and app (:func:`build`), so a taken port exits before any
+    API request, let alone a write. The health probes (:mod:`app.web.healthprobe`) are
+    answered on their own thread from just before the main server starts until after it
+    has shut down (controller-runtime's manager keeps them up while it stops, too).
 
     Raises:
         StartupError: see :func:`api_client_for`, :func:`listen` and :func:`build`.
@@ -269,12 +297,35 @@ def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
     log_event(log, "settings", **effective(settings))
     connection = api_client_for(settings)
     listener = CappedListener.wrap(listen(settings), limit=settings.max_connections)
+    probes: HealthProbeServer | None = None
+    try:
+        health_socket = listen_health_probes(settings)
+    except StartupError:
+        listener.close()
+        raise
     try:
         with tempfile.TemporaryDirectory(prefix="node-ipam-lb-tls-") as workdir:
-            _, _, config = build(settings, workdir=Path(workdir), connection=connection)
+            _, app, config = build(settings, workdir=Path(workdir), connection=connection)
+            if health_socket is not None:
+                probes = start_health_probes(
+                    health_socket,
+                    state=app.state.node_ipam,
+                    deadline=settings.request_head_timeout_seconds,
+                )
+                health_socket = None  # the server owns it
+                log_event(log, "serving health probes", address=_address_of(probes))
             _GracefulServer(config).run(sockets=[listener])
     finally:
+        if probes is not None:
+            probes.stop()
+        if health_socket is not None:
+            health_socket.close()
         listener.close()
+
+
+def _address_of(server: HealthProbeServer) -> str:
+    host, port = server.socket.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 class _GracefulServer(uvicorn.Server):

@@ -16,9 +16,15 @@ next to the figure quoted in the issue for the code before the fix:
 6. memo (run first, on the fresh process): ``--memo-selectors`` (10,000) dry-run reviews
    of distinct selectors matching no Node.
 
-During each, a prober measures ``/healthz`` and an ordinary review (the ~2 KB ``kubectl
-apply`` review of :mod:`bench.bench_admission`) every 50 ms, and a sampler reads serve's
-RSS every 50 ms. Every loop is bounded by count and by ``--seconds`` per attack.
+During each, a prober measures ``/healthz`` (on serve's health-probe port,
+``--health-probe-bind-address``, where the kubelet probes it) and an ordinary review (the
+~2 KB ``kubectl apply`` review of :mod:`bench.bench_admission`) every 50 ms, and a sampler
+reads serve's RSS every 50 ms. Every loop is bounded by count and by ``--seconds`` per attack.
+
+The prober runs in a process of its own (``multiprocessing``, spawned), not as threads
+beside the attackers: with 48-64 attacker threads in one process, a probe thread waited
+for that process's GIL before sending and after receiving, so its figure held the bench's
+own contention, not ``serve``'s latency (a kubelet is never inside the attacker).
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
+import queue
 import random
 import ssl
 import string
@@ -36,7 +44,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,8 +69,13 @@ ANNOTATION = "io.cilium.nodeipam/match-node-labels"
 
 def rss_mb(serve: Serve) -> float:
     """VmRSS of ``serve`` plus its child processes (the review worker), in MiB."""
+    return rss_mb_of(serve.process.pid)
+
+
+def rss_mb_of(pid: int) -> float:
+    """VmRSS of process ``pid`` plus its child processes, in MiB."""
     total = 0.0
-    pids = [serve.process.pid]
+    pids = [pid]
     while pids:
         pid = pids.pop()
         try:
@@ -122,60 +135,123 @@ def encode(body: dict[str, Any]) -> bytes:
 
 @dataclass
 class Probe:
-    """Latencies measured while an attack runs: /healthz, an ordinary review, RSS."""
+    """Latencies measured while an attack runs: /healthz, an ordinary review, RSS; ``pid``
+    is the process that measured them (not the bench's own: see the module docstring)."""
 
     health: list[float] = field(default_factory=list)
     ordinary: list[float] = field(default_factory=list)
     ordinary_status: Counter[int] = field(default_factory=Counter)
     rss_peak_mb: float = 0.0
+    pid: int = 0
 
 
-@contextmanager
-def probing(serve: Serve, ca: Path, *, period: float = 0.05) -> Iterator[Probe]:
-    """Measure /healthz, an ordinary review (each on its own connection) and RSS every
-    ``period`` s until the block ends."""
-    probe = Probe()
-    stop = threading.Event()
+PROBE_FIELDS = ("health", "ordinary", "ordinary_status", "rss_peak_mb", "pid")
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """What the probe process needs (picklable): ``serve``'s base URL and CA for the
+    ordinary review, the URL of ``/healthz``, and serve's pid for RSS."""
+
+    url: str
+    ca: Path
+    health_url: str
+    pid: int
+
+    @classmethod
+    def of(cls, serve: Serve, ca: Path) -> ProbeTarget:
+        """The target of ``serve``: ``/healthz`` on its health-probe port, where a
+        kubelet probes it (deploy/), the ordinary review on its TLS port."""
+        return cls(
+            url=serve.url, ca=ca, health_url=serve.health_url + "/healthz", pid=serve.process.pid
+        )
+
+
+def _probe_process(target: ProbeTarget, period: float, started: Any, stop: Any, out: Any) -> None:
+    """Body of the probe process: three threads measure until ``stop`` is set, then the
+    figures go to ``out`` as a :class:`Probe`."""
+    probe = Probe(pid=os.getpid())
+    halt = threading.Event()
     body = encode(admission_review())
 
+    def client(url: str) -> httpx.Client:
+        verify: ssl.SSLContext | bool = trusting(target.ca) if url.startswith("https:") else False
+        return httpx.Client(verify=verify, timeout=30)
+
     def health() -> None:
-        with httpx.Client(base_url=serve.url, verify=trusting(ca), timeout=30) as client:
-            while not stop.wait(period):
-                started = time.perf_counter()
-                try:
-                    client.get("/healthz")
-                    probe.health.append(time.perf_counter() - started)
-                except httpx.HTTPError:
-                    probe.health.append(time.perf_counter() - started)
+        with client(target.health_url) as http:
+            while not halt.wait(period):
+                started_at = time.perf_counter()
+                with suppress(httpx.HTTPError):
+                    http.get(target.health_url)
+                probe.health.append(time.perf_counter() - started_at)
 
     def ordinary() -> None:
         headers = {"content-type": "application/json"}
-        with httpx.Client(base_url=serve.url, verify=trusting(ca), timeout=30) as client:
-            while not stop.wait(period):
-                started = time.perf_counter()
+        with client(target.url) as http:
+            while not halt.wait(period):
+                started_at = time.perf_counter()
                 try:
-                    status = client.post("/validate", content=body, headers=headers).status_code
+                    status = http.post(
+                        target.url + "/validate", content=body, headers=headers
+                    ).status_code
                 except httpx.HTTPError:
                     status = 0
-                probe.ordinary.append(time.perf_counter() - started)
+                probe.ordinary.append(time.perf_counter() - started_at)
                 probe.ordinary_status[status] += 1
 
     def rss() -> None:
-        while not stop.wait(period):
+        while not halt.wait(period):
             try:
-                probe.rss_peak_mb = max(probe.rss_peak_mb, rss_mb(serve))
+                probe.rss_peak_mb = max(probe.rss_peak_mb, rss_mb_of(target.pid))
             except (OSError, ValueError):
                 return
 
     threads = [threading.Thread(target=f, daemon=True) for f in (health, ordinary, rss)]
     for thread in threads:
         thread.start()
+    started.set()
+    stop.wait()
+    halt.set()
+    for thread in threads:
+        thread.join(35)
+    # Plain builtins: a class pickles by module name, and this module is ``__main__`` in
+    # the bench but ``__mp_main__`` in the spawned child.
+    out.put({name: getattr(probe, name) for name in PROBE_FIELDS})
+
+
+@contextmanager
+def probing(target: ProbeTarget, *, period: float = 0.05) -> Iterator[Probe]:
+    """Measure /healthz, an ordinary review (each on its own connection) and RSS every
+    ``period`` s until the block ends, from a process of their own (the attackers' threads
+    in this one would otherwise hold up the prober's, see the module docstring); the
+    yielded :class:`Probe` is filled in when the block ends."""
+    probe = Probe()
+    context = multiprocessing.get_context("spawn")
+    started, stop, out = context.Event(), context.Event(), context.Queue()
+    process = context.Process(
+        target=_probe_process,
+        args=(target, period, started, stop, out),
+        name="bench-hostile-probe",
+        daemon=True,
+    )
+    process.start()
     try:
+        if not started.wait(60):
+            raise RuntimeError("the probe process did not start within 60 s")
         yield probe
     finally:
         stop.set()
-        for thread in threads:
-            thread.join(35)
+        try:
+            measured: dict[str, Any] = out.get(timeout=60)
+        except queue.Empty:
+            measured = {}
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+        for name, value in measured.items():
+            setattr(probe, name, value)
 
 
 @dataclass
@@ -237,7 +313,7 @@ def attack_cpu(serve: Serve, ca: Path, *, clients: int, seconds: float, size: in
     def make(i: int) -> tuple[str, str, bytes, dict[str, str]]:
         return "POST", "/validate", encode(review_with(f"{base},!z{i}", uid=f"cpu-{i}")), JSON
 
-    with probing(serve, ca) as probe:
+    with probing(ProbeTarget.of(serve, ca)) as probe:
         attack = flood(serve, ca, clients=clients, seconds=seconds, make=make)
     return (
         f"attack reviews {ms(attack.latencies)} {dict(attack.status)}; /healthz {ms(probe.health)};"
@@ -252,7 +328,7 @@ def attack_loop(serve: Serve, ca: Path, *, seconds: float, size: int) -> str:
     def make(i: int) -> tuple[str, str, bytes, dict[str, str]]:
         return "POST", "/validate", encode(review_with(f"{base},x{i} in (a", uid=f"l-{i}")), JSON
 
-    with probing(serve, ca) as probe:
+    with probing(ProbeTarget.of(serve, ca)) as probe:
         attack = flood(serve, ca, clients=8, seconds=seconds, make=make)
     return (
         f"/healthz {ms(probe.health)}; ordinary review {ms(probe.ordinary)};"
@@ -266,7 +342,7 @@ def attack_memory(serve: Serve, ca: Path, *, clients: int, seconds: float) -> st
     under = under if len(under) <= ADMISSION_BODY_LIMIT else under[:0]
     over = encode(review_with(None, pad=7_300_000))
     parts = []
-    with probing(serve, ca) as probe:
+    with probing(ProbeTarget.of(serve, ca)) as probe:
         alone = flood(
             serve,
             ca,
@@ -280,7 +356,7 @@ def attack_memory(serve: Serve, ca: Path, *, clients: int, seconds: float) -> st
         f" RSS peak {probe.rss_peak_mb:.0f} MiB"
     )
     for name, body in (("just under the cap", under), ("7.3 MB, over the cap", over)):
-        with probing(serve, ca) as probe:
+        with probing(ProbeTarget.of(serve, ca)) as probe:
             attack = flood(
                 serve,
                 ca,
@@ -342,7 +418,7 @@ def attack_slow(
     async def everyone() -> None:
         await asyncio.gather(*(one(i) for i in range(connections)))
 
-    with probing(serve, ca) as probe:
+    with probing(ProbeTarget.of(serve, ca)) as probe:
         asyncio.run(everyone())
     time.sleep(2)
     return (
@@ -366,7 +442,7 @@ def attack_auth(serve: Serve, ca: Path, fake: FakeApi, *, seconds: float) -> str
         return "GET", "/metrics", b"", {"authorization": f"Bearer {token}"}
 
     try:
-        with probing(serve, ca) as probe:
+        with probing(ProbeTarget.of(serve, ca)) as probe:
             attack = flood(serve, ca, clients=64, seconds=seconds, make=make)
     finally:
         fake.http.post("/_fake/latency", json={"seconds": 0})
@@ -434,7 +510,14 @@ def run(options: Options, workdir: Path, *, out: Callable[[str], None] = print) 
         figures[name] = now
         out(f"{title}\n  before: {BEFORE[name]}\n  now:    {now}")
 
+    def probed(serve: Serve) -> None:
+        out(
+            f"serve: webhook on {serve.url}; /healthz probed on its health-probe port"
+            f" {serve.health_url} (--health-probe-bind-address), as a kubelet does"
+        )
+
     fake, serve, ca = start(workdir / "plain", nodes=options.nodes)
+    probed(serve)
     try:
         report(
             "memo",
@@ -479,6 +562,7 @@ def run(options: Options, workdir: Path, *, out: Callable[[str], None] = print) 
         serve.stop()
         fake.stop()
     fake, serve, ca = start(workdir / "auth", nodes=options.nodes, flags=("--auth", "kubernetes"))
+    probed(serve)
     try:
         report(
             "auth",

@@ -310,12 +310,15 @@ def start_fakeapi(*, objects: list[dict[str, Any]], workdir: Path) -> FakeApi:
 
 
 class Serve:
-    """A ``node-ipam-lb serve`` process and an HTTPS client for it."""
+    """A ``node-ipam-lb serve`` process and an HTTPS client for it; ``health_url`` is its
+    plain-HTTP health-probe listener (``--health-probe-bind-address``) on loopback."""
 
-    def __init__(self, process: Process, port: int, ca: Path) -> None:
+    def __init__(self, process: Process, port: int, ca: Path, *, health_port: int) -> None:
         self.process = process
         self.port = port
         self.url = f"https://127.0.0.1:{port}"
+        self.health_port = health_port
+        self.health_url = f"http://127.0.0.1:{health_port}"
         self.http = httpx.Client(base_url=self.url, verify=trusting(ca), timeout=30.0)
 
     def ready(self) -> bool:
@@ -360,12 +363,13 @@ def start_serve(
     flags: Sequence[str] = (),
     name: str = "serve",
 ) -> Serve:
-    """Start ``node-ipam-lb serve`` (no leader election, ``--auth none``) on a free port.
+    """Start ``node-ipam-lb serve`` (no leader election, ``--auth none``) on a free port,
+    its health probes on another (loopback).
 
     Returns at once; use :meth:`Serve.ready` to wait for the synced cache.
     """
     ca, cert, key = tls_files(workdir)
-    port = free_port()
+    port, health_port = free_port(), free_port()
     argv = python(
         "-c",
         "from app.cli import main; main()",
@@ -383,11 +387,13 @@ def start_serve(
         "--no-leader-elect",
         "--auth",
         "none",
+        "--health-probe-bind-address",
+        f"127.0.0.1:{health_port}",
         *flags,
     )
     process = Process(name=name, argv=argv, log=workdir / f"{name}.log", env=dict(env or {}))
     try:
-        return Serve(process, port, ca)
+        return Serve(process, port, ca, health_port=health_port)
     except BaseException:
         process.stop()
         raise

@@ -13,6 +13,14 @@ denial.
 
 This module holds the caching and the decision only: the two requests go through the
 client layer, :class:`app.kube.client.ReviewAPI` (``KubernetesAPI`` in ``serve``), as raw JSON.
+
+The check comes in two parts so that the web layer answers on its event loop whatever
+needs no API call (issue 14: a flood of random tokens is ~650 rejections a second, each a
+thread-pool hop otherwise): :meth:`KubernetesAuthorizer.begin` decides from the caches
+(no token, a rejected token, a cached decision) or takes a review slot (503 when none is
+free) and returns a :class:`PendingReview`, whose :meth:`~PendingReview.run` sends the
+TokenReview/SubjectAccessReview in a thread. :meth:`~KubernetesAuthorizer.check` is both
+in one call.
 """
 
 from __future__ import annotations
@@ -49,6 +57,14 @@ class AccessError(Exception):
         self.reason = reason
 
 
+class NoReviewSlot(AccessError):
+    """503: ``max_in_flight`` reviews are outstanding; a caller that can wait without
+    holding a thread (the event loop) may try again when one ends."""
+
+    def __init__(self, max_in_flight: int) -> None:
+        super().__init__(503, f"cannot review access now: {max_in_flight} reviews in flight")
+
+
 @dataclass(frozen=True, slots=True)
 class User:
     """The authenticated user as TokenReview reports it (``status.user``)."""
@@ -59,11 +75,27 @@ class User:
     extra: dict[str, list[str]] = field(default_factory=dict)
 
 
+class Review(Protocol):
+    """The part of a check that needs the API server (:class:`PendingReview`)."""
+
+    def run(self) -> None:
+        """Send the reviews (blocking: call it in a thread); return when allowed, raise
+        :class:`AccessError` otherwise. Frees the review slot."""
+
+    def abandon(self) -> None:
+        """Free the review slot if :meth:`run` never started (the request went away)."""
+
+
 class Authorizer(Protocol):
     """Decides whether a request to ``path`` with ``verb`` may proceed."""
 
     def check(self, *, token: str | None, verb: str, path: str) -> None:
-        """Return when allowed; raise :class:`AccessError` otherwise."""
+        """Return when allowed; raise :class:`AccessError` otherwise (may block on the
+        API server: :meth:`begin` + :meth:`Review.run` in one call)."""
+
+    def begin(self, *, token: str | None, verb: str, path: str) -> Review | None:
+        """Without blocking: ``None`` when allowed now, :class:`AccessError` when refused
+        now, else the :class:`Review` to run in a thread."""
 
 
 class AllowAll:
@@ -71,6 +103,10 @@ class AllowAll:
 
     def check(self, *, token: str | None, verb: str, path: str) -> None:
         """Allow everything."""
+
+    def begin(self, *, token: str | None, verb: str, path: str) -> Review | None:
+        """Allow everything, now."""
+        return None
 
 
 class _TTLCache:
@@ -120,53 +156,120 @@ class KubernetesAuthorizer:
         self._max_in_flight = max_in_flight
 
     def check(self, *, token: str | None, verb: str, path: str) -> None:
-        """Authenticate ``token`` and authorize ``verb`` on ``path``.
+        """Authenticate ``token`` and authorize ``verb`` on ``path`` (:meth:`begin`, then
+        the reviews it needs, in the calling thread).
 
         Raises:
             AccessError: 401 without a token or when TokenReview rejects it; 403 when the
                 SubjectAccessReview denies; 503 (not cached) when the API server cannot
                 be asked, or ``max_in_flight`` reviews are already outstanding.
         """
+        review = self.begin(token=token, verb=verb, path=path)
+        if review is not None:
+            review.run()
+
+    def begin(self, *, token: str | None, verb: str, path: str) -> PendingReview | None:
+        """What the caches decide, without blocking (safe on an event loop): ``None`` when
+        a cached decision allows; else a :class:`PendingReview` holding one of the
+        ``max_in_flight`` review slots, to :meth:`~PendingReview.run` in a thread.
+
+        Raises:
+            AccessError: 401 without a token or for a token rejected within
+                :data:`REJECTED_TOKEN_TTL_SECONDS`; 403 for a cached denial;
+                :class:`NoReviewSlot` (503) when no review slot is free (checked only when
+                a review is needed).
+        """
         if not token:
             raise AccessError(401, "Unauthorized: a bearer token is required")
         digest = hashlib.sha256(token.encode()).hexdigest()
-        user = self._authenticate(digest, token)
-        key = (digest, verb, path)
-        found, allowed = self._decisions.get(key)
-        if not found:
-            allowed = self._ask(lambda: access_review(self._api, user=user, verb=verb, path=path))
-            self._decisions.put(key, allowed, ALLOW_TTL_SECONDS if allowed else DENY_TTL_SECONDS)
-        if not allowed:
-            raise AccessError(403, f'Forbidden: user "{user.username}" cannot {verb} path "{path}"')
-
-    def _authenticate(self, digest: str, token: str) -> User:
         rejected, _ = self._rejected.get(digest)
         if rejected:
             raise AccessError(401, "Unauthorized: the bearer token was rejected")
         found, user = self._tokens.get(digest)
-        if not found:
+        if found:
+            assert isinstance(user, User)
+            decided, allowed = self._decisions.get((digest, verb, path))
+            if decided:
+                self._raise_unless(allowed, user, verb, path)
+                return None
+        if not self._in_flight.acquire(blocking=False):
+            raise NoReviewSlot(self._max_in_flight)
+        known = user if found else None
+        return PendingReview(
+            lambda: self._review(token=token, digest=digest, verb=verb, path=path, user=known),
+            release=self._in_flight.release,
+        )
+
+    def _review(self, *, token: str, digest: str, verb: str, path: str, user: User | None) -> None:
+        """The API calls :meth:`begin` could not avoid (its review slot is held)."""
+        if user is None:
             user = self._ask(lambda: token_review(self._api, token))
             if user is None:
                 self._rejected.put(digest, True, REJECTED_TOKEN_TTL_SECONDS)
-            else:
-                self._tokens.put(digest, user, TOKEN_TTL_SECONDS)
-        if user is None:
-            raise AccessError(401, "Unauthorized: the bearer token was rejected")
-        assert isinstance(user, User)
-        return user
-
-    def _ask(self, call: Callable[[], Any]) -> Any:
-        if not self._in_flight.acquire(blocking=False):
-            raise AccessError(
-                503, f"cannot review access now: {self._max_in_flight} reviews in flight"
+                raise AccessError(401, "Unauthorized: the bearer token was rejected")
+            self._tokens.put(digest, user, TOKEN_TTL_SECONDS)
+        key = (digest, verb, path)
+        found, allowed = self._decisions.get(key)
+        if not found:
+            reviewed = user  # bound for the lambda (mypy: not None from here)
+            allowed = self._ask(
+                lambda: access_review(self._api, user=reviewed, verb=verb, path=path)
             )
+            self._decisions.put(key, allowed, ALLOW_TTL_SECONDS if allowed else DENY_TTL_SECONDS)
+        self._raise_unless(allowed, user, verb, path)
+
+    @staticmethod
+    def _raise_unless(allowed: Any, user: User, verb: str, path: str) -> None:
+        if not allowed:
+            raise AccessError(403, f'Forbidden: user "{user.username}" cannot {verb} path "{path}"')
+
+    @staticmethod
+    def _ask(call: Callable[[], Any]) -> Any:
         try:
             return call()
         except Exception as err:  # any API failure is "cannot decide now", never a 500
             log.warning("access review failed: %s", err)
             raise AccessError(503, f"cannot review access now: {err}") from err
+
+
+class PendingReview:
+    """A check that needs the API server, holding one review slot of a
+    :class:`KubernetesAuthorizer` until :meth:`run` ends or :meth:`abandon` frees it."""
+
+    def __init__(self, work: Callable[[], None], *, release: Callable[[], None]) -> None:
+        """``work`` sends the reviews; ``release`` frees the slot (called exactly once)."""
+        self._work = work
+        self._release = release
+        self._lock = threading.Lock()
+        self._state = "pending"  # -> "running" -> "done", or -> "abandoned"
+
+    def run(self) -> None:
+        """Send the TokenReview (unless the token is cached) and the SubjectAccessReview
+        (unless the decision is cached by now); blocking, for a thread. Caches what they
+        answer, as :meth:`KubernetesAuthorizer.check` does.
+
+        Raises:
+            AccessError: 401, 403 or 503 as :meth:`KubernetesAuthorizer.check`; 503 also
+                when called twice or after :meth:`abandon`.
+        """
+        with self._lock:
+            if self._state != "pending":
+                raise AccessError(503, f"cannot review access now: review {self._state}")
+            self._state = "running"
+        try:
+            self._work()
         finally:
-            self._in_flight.release()
+            with self._lock:
+                self._state = "done"
+            self._release()
+
+    def abandon(self) -> None:
+        """Free the review slot unless :meth:`run` started (which frees it itself)."""
+        with self._lock:
+            if self._state != "pending":
+                return
+            self._state = "abandoned"
+        self._release()
 
 
 def token_review(api: ReviewAPI, token: str) -> User | None:

@@ -112,6 +112,39 @@ def ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+class Wakeup:
+    """Coroutines waiting for something another coroutine frees (a review slot), woken all
+    at once by :meth:`notify_all`; every call on the event loop's thread. Each wait makes
+    its own future on the running loop, so one instance serves any loop."""
+
+    def __init__(self) -> None:
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._waiters)
+
+    async def wait(self, timeout: float) -> None:
+        """Return at the next :meth:`notify_all`.
+
+        Raises:
+            TimeoutError: none within ``timeout`` seconds.
+        """
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter
+        finally:
+            self._waiters.discard(waiter)
+
+    def notify_all(self) -> None:
+        """Wake every coroutine waiting now."""
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
 class ReviewPools:
     """The admission decision threads and worker process: created on first use, shut down
     with the app."""

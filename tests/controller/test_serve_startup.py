@@ -89,3 +89,40 @@ def test_without_leader_election_shutdown_speaks_of_no_lease(fake_api: FakeApiSe
     assert "stopping the controller" in messages
     assert messages.count("settings") == 1
     assert not [m for m in messages if "Lease" in m or "lease" in m], messages
+
+
+def test_health_probes_answer_on_their_own_port_until_shutdown(fake_api: FakeApiServer) -> None:
+    # controller-runtime's --health-probe-bind-address: plain HTTP, a listener of its own,
+    # started and stopped with the process; a taken probe port is a start-up error too.
+    port, probe_port = free_port(), free_port()
+    process = serve(fake_api, port, "--health-probe-bind-address", f"127.0.0.1:{probe_port}")
+    try:
+
+        def ready() -> bool:
+            try:
+                url = f"http://127.0.0.1:{probe_port}/readyz"
+                return httpx.get(url, timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, timeout=30, what="readyz on the health-probe port")
+        healthz = httpx.get(f"http://127.0.0.1:{probe_port}/healthz", timeout=2)
+        assert (healthz.status_code, healthz.text) == (200, "ok\n")
+        main = httpx.get(f"https://127.0.0.1:{port}/healthz", verify=False, timeout=2)
+        assert (main.status_code, main.text) == (200, "ok\n"), "still on the main port too"
+        taken = serve(
+            fake_api, free_port(), "--health-probe-bind-address", f"127.0.0.1:{probe_port}"
+        )
+        _, taken_err = taken.communicate(timeout=60)
+        assert taken.returncode == 2
+        assert f"--health-probe-bind-address 127.0.0.1:{probe_port}: cannot listen" in taken_err
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    [line] = [line for line in json_lines(stderr) if line["msg"] == "serving health probes"]
+    assert line["address"] == f"http://127.0.0.1:{probe_port}"
+    with socket.socket() as again:  # released on exit
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT
+        again.bind(("127.0.0.1", probe_port))  # fails while anything still listens there
+        again.listen()

@@ -42,7 +42,11 @@ CHART_NULL = {
 """Settings the chart sets itself: the value must stay null."""
 
 CHART_REQUIRED: dict[str, tuple[str, dict[str, Any]]] = {
-    "port": ("the container port of the Service and probes", {}),
+    "port": ("the container port of the Service", {}),
+    "health_probe_bind_address": (
+        "the probes' container port (host:port, :port or [v6]:port; not 0, not port)",
+        {"pattern": r"^(\[[^\]]*\]|[^:\[\]]*):[0-9]{1,5}$"},
+    ),
     "leader_elect": ("must be true with more than one replica (templates/validate.yaml)", {}),
     "leader_election_id": (
         "the Lease name, also in the leader-election Role",

@@ -81,6 +81,7 @@ MATRIX: dict[str, dict[str, Any]] = {
             "ip-mode": "Proxy",
             "bind-address": "::",
             "port": 8443,
+            "health-probe-bind-address": "[::]:8082",
             "workers": 8,
             "inflight-body-bytes": 16777216,
             "auth": "kubernetes",
@@ -374,5 +375,16 @@ def test_every_setting_reaches_the_container_env_as_serve_reads_it(
     for name, value in given.items():
         assert getattr(settings, name.replace("-", "_")) == value, name
     assert env(objects)["NODE_IPAM_INFLIGHT_BODY_BYTES"] == "16777216"  # not 1.6777216e+07
-    port = container(objects)["ports"][0]
+    port, probes = container(objects)["ports"]
     assert port["containerPort"] == 8443
+    assert (probes["name"], probes["containerPort"]) == ("healthz", 8082)
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container(objects)[probe]["httpGet"]["port"] == "healthz", probe
+
+
+@pytest.mark.parametrize("address", ["0", ":0", ":9443", "[::]:9443"])
+def test_the_probes_need_a_health_probe_port_of_their_own(helm: Path, address: str) -> None:
+    values = {"settings": {"health-probe-bind-address": address}}
+    result = run(helm, "template", "x", str(CHART), values=values)
+    assert result.returncode != 0
+    assert "health-probe-bind-address" in result.stderr

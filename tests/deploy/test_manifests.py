@@ -91,19 +91,24 @@ def test_pod_meets_the_restricted_pod_security_standard() -> None:
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
-def test_container_has_requests_limits_and_https_probes_on_healthz_and_readyz() -> None:
-    c = container(render("deploy"))
+def test_container_has_requests_limits_and_probes_on_the_health_probe_port() -> None:
+    objects = render("deploy")
+    c = container(objects)
     assert {"cpu", "memory"} <= c["resources"]["requests"].keys()
     assert {"cpu", "memory"} <= c["resources"]["limits"].keys()
-    port_names = {p["name"] for p in c["ports"]}
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     probes = {
         kind: (probe["httpGet"]["path"], probe["httpGet"]["scheme"], probe["httpGet"]["port"])
         for kind in ("livenessProbe", "readinessProbe", "startupProbe")
         for probe in [c[kind]]
     }
-    assert probes["livenessProbe"][:2] == ("/healthz", "HTTPS")
-    assert probes["readinessProbe"][:2] == ("/readyz", "HTTPS")
-    assert {port for _, _, port in probes.values()} <= port_names
+    # controller-runtime's layout: plain HTTP on --health-probe-bind-address, a listener of
+    # its own, so a probe never queues behind webhook work (docs/design.md §5, §7.1).
+    assert probes["livenessProbe"] == ("/healthz", "HTTP", "healthz")
+    assert probes["startupProbe"] == ("/healthz", "HTTP", "healthz")
+    assert probes["readinessProbe"] == ("/readyz", "HTTP", "healthz")
+    bind = env(objects)["NODE_IPAM_HEALTH_PROBE_BIND_ADDRESS"]
+    assert Settings(health_probe_bind_address=bind).health_probe_address() == ("", ports["healthz"])
 
 
 def test_tls_files_are_on_a_writable_volume_since_the_root_filesystem_is_read_only() -> None:
@@ -261,7 +266,7 @@ def pod_labels(objects: list[dict[str, Any]]) -> dict[str, str]:
     return dict(deployment["spec"]["template"]["metadata"]["labels"])
 
 
-def test_network_policy_admits_only_the_https_port_of_our_pods() -> None:
+def test_network_policy_admits_only_the_https_and_probe_ports_of_our_pods() -> None:
     objects = render("deploy/overlays/network-policy")
     policy = find(objects, "NetworkPolicy", "node-ipam-lb")["spec"]
     assert policy["podSelector"]["matchLabels"].items() <= pod_labels(objects).items()
@@ -269,5 +274,6 @@ def test_network_policy_admits_only_the_https_port_of_our_pods() -> None:
     (rule,) = policy["ingress"]
     assert "from" not in rule  # the API server's source address is not knowable in general
     ports = {p["name"] for p in container(objects)["ports"]}
-    assert [p["port"] for p in rule["ports"]] == ["https"] and ports == {"https"}
+    assert [p["port"] for p in rule["ports"]] == ["https", "healthz"]  # webhook; kubelet probes
+    assert ports == {"https", "healthz"}
     assert not list(of_kind(render("deploy"), "NetworkPolicy")), "optional: not in the default"

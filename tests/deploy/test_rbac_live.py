@@ -78,6 +78,7 @@ class Replica:
             NODE_IPAM_KUBECONFIG=str(fake_api.kubeconfig_path),
             NODE_IPAM_BIND_ADDRESS="127.0.0.1",
             NODE_IPAM_PORT=str(self.port),
+            NODE_IPAM_HEALTH_PROBE_BIND_ADDRESS=f"127.0.0.1:{free_port()}",  # not :8081
             NODE_IPAM_AUTH="kubernetes",
             NODE_IPAM_CERT_CHECK_INTERVAL_SECONDS="0.2",
             NODE_IPAM_WATCH_TIMEOUT_SECONDS="5",

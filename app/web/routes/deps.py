@@ -7,25 +7,32 @@ tests can hand in in-memory stand-ins (fakes over mocks).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 
 from app.config import ADMISSION_BODY_LIMIT, Settings
 from app.core.nodeindex import NodeIndex
 from app.core.options import SelectionSettings
 from app.core.selection_memo import SelectionMemo
 from app.core.views import EndpointSliceView, NodeView, ServiceView
-from app.web.auth import AccessError, Authorizer
-from app.web.limits import HEAVY_QUEUE, BodyBudget, ReviewPools
+from app.web.auth import AccessError, Authorizer, NoReviewSlot
+from app.web.limits import HEAVY_QUEUE, BodyBudget, ReviewPools, Wakeup
 
 MAX_BODY_BYTES = ADMISSION_BODY_LIMIT
 """Cap on an AdmissionReview body (:data:`app.config.ADMISSION_BODY_LIMIT`, 6 MiB + 64 KiB):
 object and oldObject each at most kube-apiserver's 3 MiB request body limit."""
 BODY_READ_SECONDS = 10.0
 """kube-apiserver's default webhook ``timeoutSeconds``: a body slower than this is abandoned."""
+ACCESS_REVIEW_WAIT_SECONDS = 1.0
+"""How long a request needing a TokenReview/SubjectAccessReview waits (on the event loop,
+no thread) for one of the ``max_access_reviews`` slots before its 503: a scraper arriving
+while reviews are out gets in when one ends; a flood of new tokens gets at most one answer
+per connection per wait (docs/design.md §7.1). Well under Prometheus' 10 s scrape timeout."""
 
 
 class CacheLike(Protocol):
@@ -85,11 +92,13 @@ class AppState:
 class RequestLimits:
     """What admission requests may hold at once (docs/design.md §7.1): ``budget`` bounds the
     body bytes in progress, ``heavy`` the large reviews queued or running (one unit each),
-    ``pools`` the decision threads and the worker process."""
+    ``pools`` the decision threads and the worker process; ``review_slots`` wakes the
+    requests waiting for an access-review slot (:func:`require_access`)."""
 
     budget: BodyBudget = field(default_factory=lambda: BodyBudget(2 * ADMISSION_BODY_LIMIT))
     heavy: BodyBudget = field(default_factory=lambda: BodyBudget(HEAVY_QUEUE))
     pools: ReviewPools = field(default_factory=ReviewPools)
+    review_slots: Wakeup = field(default_factory=Wakeup)
 
 
 async def get_state(request: Request) -> AppState:
@@ -102,8 +111,14 @@ async def get_state(request: Request) -> AppState:
 State = Annotated[AppState, Depends(get_state)]
 
 
-def require_access(request: Request, state: State) -> None:
-    """Bearer-token check for preview and ``/metrics`` (runs in the thread pool).
+async def require_access(request: Request, state: State) -> None:
+    """Bearer-token check for preview and ``/metrics``: decided on the event loop from
+    the authorizer's caches (no token, a rejected token, a cached decision), in a thread
+    only to send a TokenReview/SubjectAccessReview (:meth:`app.web.auth.Authorizer.begin`;
+    issue 14: a flood of random tokens must not cost a thread-pool hop per rejection).
+    When every review slot is taken, the request waits on the loop, holding no thread, up
+    to :data:`ACCESS_REVIEW_WAIT_SECONDS` for one to end, then gets 503: a flood of new
+    tokens is answered at most once per connection and wait, not as fast as it is sent.
 
     Raises:
         HTTPException: 401/403 (or 503 when access cannot be reviewed now).
@@ -111,8 +126,26 @@ def require_access(request: Request, state: State) -> None:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     bearer = token.strip() if scheme.lower() == "bearer" else None
+    verb, path = request.method.lower(), request.url.path
+    slots = state.limits.review_slots
     try:
-        state.authorizer.check(token=bearer, verb=request.method.lower(), path=request.url.path)
+        deadline = asyncio.get_running_loop().time() + ACCESS_REVIEW_WAIT_SECONDS
+        while True:
+            try:
+                review = state.authorizer.begin(token=bearer, verb=verb, path=path)
+                break
+            except NoReviewSlot:
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    raise
+                with contextlib.suppress(TimeoutError):  # one last try, then the 503
+                    await slots.wait(remaining)
+        if review is not None:
+            try:
+                await run_in_threadpool(review.run)
+            finally:
+                review.abandon()  # frees the slot only if run never started
+                slots.notify_all()  # the slot is free: waiting requests try again
     except AccessError as err:
         headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
         raise HTTPException(status_code=err.status, detail=err.reason, headers=headers) from err

@@ -3,6 +3,8 @@
 ``/healthz`` and ``/readyz`` are ``async``: they only read flags (thread liveness, the
 cache's synced flag, timestamps), so they run on the event loop and are never queued
 behind work in a thread pool (issue 14: a sync route waited 30 s behind heavy reviews).
+The checks themselves, :func:`liveness` and :func:`readiness`, are plain functions that
+the health-probe listener (:mod:`app.web.healthprobe`, its own thread) answers with too.
 """
 
 from __future__ import annotations
@@ -12,31 +14,45 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.telemetry import metrics
-from app.web.routes.deps import Protected, State
+from app.web.routes.deps import AppState, Protected, State
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_class=PlainTextResponse, summary="Liveness")
-async def healthz(state: State) -> PlainTextResponse:
-    """200 ``ok``; 503 with the reason when the controller is unhealthy (a stuck watch,
-    or a Lease that cannot be taken because its namespace does not exist) or a background
-    task is (the certificate sync stopped or keeps failing)."""
+def liveness(state: AppState) -> tuple[int, str]:
+    """``(HTTP status, text)`` of ``/healthz``: 200 ``ok``; 503 with the reason when the
+    controller is unhealthy (a stuck watch, or a Lease that cannot be taken because its
+    namespace does not exist) or a background task is (the certificate sync stopped or
+    keeps failing). Reads flags only: safe from any thread, never blocks."""
     checks = [state.controller.healthy] if state.controller is not None else []
     checks += [task.healthy for task in state.background]
     for check in checks:
         healthy, reason = check()
         if not healthy:
-            return PlainTextResponse(f"unhealthy: {reason}\n", status_code=503)
-    return PlainTextResponse("ok\n")
+            return 503, f"unhealthy: {reason}\n"
+    return 200, "ok\n"
+
+
+def readiness(state: AppState) -> tuple[int, str]:
+    """``(HTTP status, text)`` of ``/readyz``: 200 once the cluster cache is synced (or
+    when running without a controller), else 503. Reads a flag only: safe from any thread."""
+    if state.controller is not None and not state.controller.ready():
+        return 503, "not ready: cluster cache not synced\n"
+    return 200, "ok\n"
+
+
+@router.get("/healthz", response_class=PlainTextResponse, summary="Liveness")
+async def healthz(state: State) -> PlainTextResponse:
+    """Liveness (:func:`liveness`)."""
+    status, text = liveness(state)
+    return PlainTextResponse(text, status_code=status)
 
 
 @router.get("/readyz", response_class=PlainTextResponse, summary="Readiness")
 async def readyz(state: State) -> PlainTextResponse:
-    """200 once the cluster cache is synced (or when running without a controller)."""
-    if state.controller is not None and not state.controller.ready():
-        return PlainTextResponse("not ready: cluster cache not synced\n", status_code=503)
-    return PlainTextResponse("ok\n")
+    """Readiness (:func:`readiness`)."""
+    status, text = readiness(state)
+    return PlainTextResponse(text, status_code=status)
 
 
 @router.get("/metrics", dependencies=[Protected], summary="Prometheus metrics")

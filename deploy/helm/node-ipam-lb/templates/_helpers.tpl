@@ -35,7 +35,7 @@ Settings the chart wires itself (explicit env entries in deployment.yaml, or alw
 by values.schema.json); the rest become NODE_IPAM_<NAME> when not null.
 */}}
 {{- define "node-ipam-lb.wiredSettings" -}}
-kubeconfig port tls-cert-file tls-private-key-file ca-bundle-out leader-elect leader-election-namespace leader-election-id cert-secret-name cert-secret-namespace webhook-service-name webhook-configuration-name
+kubeconfig port health-probe-bind-address tls-cert-file tls-private-key-file ca-bundle-out leader-elect leader-election-namespace leader-election-id cert-secret-name cert-secret-namespace webhook-service-name webhook-configuration-name
 {{- end }}
 
 {{/*
@@ -56,4 +56,12 @@ NODE_IPAM_{{ . | upper | replace "-" "_" }}
 
 {{- define "node-ipam-lb.selfManaged" -}}
 {{- if eq .Values.certificates.mode "self-managed" }}true{{ end -}}
+{{- end }}
+
+{{/*
+The port of settings.health-probe-bind-address (host:port, :port or [v6]:port), the
+container port the probes use; validate.yaml rejects 0 (disabled) and port 0.
+*/}}
+{{- define "node-ipam-lb.healthProbePort" -}}
+{{- index .Values.settings "health-probe-bind-address" | toString | splitList ":" | last }}
 {{- end }}
