@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import signal
 import threading
 from collections import deque
@@ -102,14 +103,22 @@ class BodyBudget:
                 future.set_result(None)
 
 
-def ignore_interrupts() -> None:
-    """Initializer of the review worker process: ignore SIGINT.
+WORKER_NICENESS = 10
+"""How much lower the review worker process's CPU priority is than the server's
+(``nice``): large reviews are best effort, so when the cores are busy the kernel runs the
+event loop (``/healthz``, ordinary reviews) first."""
+
+
+def init_worker() -> None:
+    """Initializer of the review worker process: ignore SIGINT, lower the CPU priority.
 
     Ctrl-C on ``serve`` sends SIGINT to the whole foreground process group; the worker
     would die with a ``KeyboardInterrupt`` traceback on stderr, amid the JSON logs. It is
-    the server's to stop: :meth:`ReviewPools.shutdown` ends it, quietly.
+    the server's to stop: :meth:`ReviewPools.shutdown` ends it, quietly. The priority is
+    lowered by :data:`WORKER_NICENESS` (raising niceness needs no privilege).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(WORKER_NICENESS)
 
 
 class Wakeup:
@@ -180,7 +189,7 @@ class ReviewPools:
                 self._process = ProcessPoolExecutor(
                     1,
                     mp_context=multiprocessing.get_context("spawn"),
-                    initializer=ignore_interrupts,
+                    initializer=init_worker,
                     max_tasks_per_child=WORKER_TASKS,
                 )
             return self._process

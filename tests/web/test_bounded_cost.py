@@ -419,6 +419,17 @@ def test_a_dead_review_worker_is_a_503_and_replaced() -> None:
         pools.shutdown()
 
 
+def test_the_review_worker_runs_at_a_lower_cpu_priority() -> None:
+    from app.web.limits import WORKER_NICENESS, ReviewPools
+
+    pools = ReviewPools()
+    try:
+        worker = pools.apart(os.nice, 0, timeout=60)
+    finally:
+        pools.shutdown()
+    assert worker == min(os.nice(0) + WORKER_NICENESS, 19)
+
+
 def stalled_request(
     app: Any, declared: int, first: bytes, release: asyncio.Event, statuses: list[int]
 ) -> Any:
