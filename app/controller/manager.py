@@ -321,5 +321,5 @@ class Controller:
                 retry_in_seconds=delay,
             )
         finally:
-            metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.perf_counter() - start)
-            metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, result).inc()
+            metrics.RECONCILE_SECONDS.observe(time.perf_counter() - start)
+            metrics.RECONCILE_RESULTS[result].inc()

@@ -378,7 +378,7 @@ class Reconciler:
                 error=err.reason,
             )
             raise
-        metrics.STATUS_WRITES.labels("success").inc()
+        metrics.STATUS_WRITTEN.inc()
         log_event(
             LOG,
             "status.loadBalancer.ingress written",

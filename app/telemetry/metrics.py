@@ -65,6 +65,15 @@ RECONCILE_TIME = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
     registry=REGISTRY,
 )
+RECONCILE_RESULTS = {
+    result: RECONCILE_TOTAL.labels(CONTROLLER, result)
+    for result in ("success", "error", "requeue_after")
+}
+"""The children of :data:`RECONCILE_TOTAL`, made once: each series exists at 0 from the
+start (as controller-runtime initialises them) and a reconcile does not pay ``labels()``'s
+lookup (~2% of a cold start's CPU with 11,000 reconciles)."""
+RECONCILE_SECONDS = RECONCILE_TIME.labels(CONTROLLER)
+"""The one child of :data:`RECONCILE_TIME`."""
 WORKQUEUE_DEPTH = Gauge(
     "workqueue_depth", "Current depth of the workqueue.", ["name"], registry=REGISTRY
 )
@@ -94,6 +103,8 @@ STATUS_WRITES = Counter(
     ["result"],
     registry=REGISTRY,
 )
+STATUS_WRITTEN = STATUS_WRITES.labels("success")
+"""The ``success`` child of :data:`STATUS_WRITES` (one per status write), made once."""
 EVENTS_EMITTED = Counter(
     "node_ipam_lb_events",
     "Events sent about Services, by reason and result (success: created, series: an"
