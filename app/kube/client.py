@@ -805,52 +805,88 @@ class _Response(http.client.HTTPResponse):
 
     Same limits as ``http.client`` (65,536 bytes a line, 100 header lines) and the same
     errors (``RemoteDisconnected`` when the connection closes before a status line,
-    ``BadStatusLine``, ``LineTooLong``); a ``100 Continue`` head is skipped. Header names
-    are matched case-insensitively, the first of a repeated header wins (as
-    ``HTTPMessage.get``); obsolete line folding is not supported (RFC 9112 §5.2: a
-    server must not send it). The body is read by ``http.client`` (``Content-Length``,
-    chunked, or until close). An HTTP/1.0 answer closes the connection. ``fields`` holds
-    the headers (lower-case names); ``headers`` is left empty.
+    ``BadStatusLine``, ``LineTooLong``). The status line is split on runs of whitespace
+    like ``http.client``'s, so the reason phrase may be missing (RFC 9112 §4). Interim
+    ``1xx`` answers (``100 Continue``, ``102``, ``103 Early Hints``) are read and skipped
+    until the final one (RFC 9110 §15.2); ``101 Switching Protocols`` is an error. Header
+    names are matched case-insensitively; a repeated field's values are joined with
+    ``", "`` (RFC 9110 §5.3); whitespace between a name and its colon, or obsolete line
+    folding, is an error (RFC 9112 §5.1, §5.2). Message framing follows RFC 9112 §6.3:
+    ``Transfer-Encoding`` whose last coding is ``chunked`` (other codings than
+    ``identity`` are an error: we ask for ``identity``) wins over ``Content-Length`` and
+    then the connection is closed after the answer; a ``Content-Length`` that is not one
+    number (``2, 2`` is one; ``2, 5`` or ``x`` is not) is an error; neither means the body
+    runs until the connection closes. Every error closes the connection, so a misread
+    answer never leaves bytes for the next request. ``fields`` holds the headers
+    (lower-case names); ``headers`` is left empty.
     """
 
     fields: dict[str, str]
 
     def begin(self) -> None:
-        """Read the status line and headers; set what ``read()`` needs."""
+        """Read the status line and headers; set what ``read()`` needs.
+
+        Raises:
+            http.client.HTTPException: a malformed or unsupported head (see the class).
+        """
         if self.headers is not None:
             return
         while True:
-            line = self.fp.readline(_MAX_LINE + 1)
-            if not line:
-                raise http.client.RemoteDisconnected(
-                    "Remote end closed connection without response"
-                )
-            if len(line) > _MAX_LINE:
-                raise http.client.LineTooLong("status line")
-            version, _, rest = line.decode("latin-1").partition(" ")
-            code, _, reason = rest.partition(" ")
-            if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
-                raise http.client.BadStatusLine(line.decode("latin-1").rstrip())
-            status = int(code)
+            version, status, reason = self._read_status_line()
             fields = self._read_fields()
-            if status != http.client.CONTINUE:
+            if not 100 <= status < 200:
                 break
+            if status == http.client.SWITCHING_PROTOCOLS:
+                raise http.client.HTTPException("101 Switching Protocols was not asked for")
         self.code = self.status = status
-        self.reason = reason.strip()
+        self.reason = reason
         self.version = 10 if version == "HTTP/1.0" else 11
         self.headers = self.msg = http.client.HTTPMessage()
         self.fields = fields
-        self.chunked = fields.get("transfer-encoding", "").lower() == "chunked"
-        self.chunk_left = None
         self.will_close = self.version == 10 or "close" in fields.get("connection", "").lower()
-        length = fields.get("content-length")
+        self.chunk_left = None
         self.length = None
-        if length and not self.chunked and length.isdigit():
-            self.length = int(length)
-        if status in (204, 304) or 100 <= status < 200 or self._method == "HEAD":
+        self.chunked = False
+        encoding = fields.get("transfer-encoding")
+        if encoding is not None:
+            codings = [c.strip().lower() for c in encoding.split(",")]
+            codings = [c for c in codings if c != "identity"]
+            if codings != ["chunked"]:
+                raise http.client.HTTPException(f"unsupported Transfer-Encoding {encoding!r}")
+            self.chunked = True
+            if "content-length" in fields:
+                self.will_close = True  # both framings: do not trust the connection after
+        elif "content-length" in fields:
+            values = {v.strip() for v in fields["content-length"].split(",")}
+            if len(values) != 1 or not all(v.isascii() and v.isdigit() for v in values):
+                raise http.client.HTTPException(
+                    f"invalid Content-Length {fields['content-length']!r}"
+                )
+            self.length = int(values.pop())
+        if status in (204, 304) or self._method == "HEAD":
             self.length = 0
+            self.chunked = False
         if not self.will_close and not self.chunked and self.length is None:
             self.will_close = True  # the body runs until the connection closes
+
+    def _read_status_line(self) -> tuple[str, int, str]:
+        line = self.fp.readline(_MAX_LINE + 1)
+        if not line:
+            raise http.client.RemoteDisconnected("Remote end closed connection without response")
+        if len(line) > _MAX_LINE:
+            raise http.client.LineTooLong("status line")
+        text = line.decode("latin-1")
+        parts = text.split(None, 2)
+        if len(parts) == 2:
+            parts.append("")
+        if len(parts) != 3:
+            raise http.client.BadStatusLine(text.rstrip())
+        version, code, reason = parts
+        if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+            raise http.client.BadStatusLine(text.rstrip())
+        if not code.isascii() or int(code) < 100:
+            raise http.client.BadStatusLine(text.rstrip())
+        return version, int(code), reason.strip()
 
     def _read_fields(self) -> dict[str, str]:
         fields: dict[str, str] = {}
@@ -860,9 +896,12 @@ class _Response(http.client.HTTPResponse):
                 raise http.client.LineTooLong("header line")
             if line in (b"\r\n", b"\n", b""):
                 return fields
-            name, colon, value = line.decode("latin-1").partition(":")
-            if colon:
-                fields.setdefault(name.strip().lower(), value.strip())
+            text = line.decode("latin-1")
+            name, colon, value = text.partition(":")
+            if not colon or not name or name != name.strip() or text[0] in " \t":
+                raise http.client.HTTPException(f"malformed header line {text.rstrip()!r}")
+            key, value = name.lower(), value.strip()
+            fields[key] = f"{fields[key]}, {value}" if key in fields else value
         raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import socket
 import struct
 import threading
@@ -462,3 +463,95 @@ def test_real_server_with_a_wrong_ca_is_an_error(
     assert err.value.status == 0 and "CERTIFICATE_VERIFY_FAILED" in err.value.reason
     untrusting.close()
     client.close()
+
+
+HEAD_CASES: list[tuple[str, bytes, tuple[int, bytes] | str]] = [
+    ("no reason phrase", b"HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nA1", (200, b"A1")),
+    ("two spaces", b"HTTP/1.1  200 OK\r\nContent-Length: 2\r\n\r\nA1", (200, b"A1")),
+    (
+        "103 then the answer",
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 201 Created\r\n"
+        b"Content-Length: 2\r\n\r\nA1",
+        (201, b"A1"),
+    ),
+    (
+        "102 then the answer",
+        b"HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx",
+        (200, b"x"),
+    ),
+    ("repeated equal lengths", b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nA1", (200, b"A1")),
+    (
+        "identity, chunked",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity, chunked\r\n\r\n2\r\nA1\r\n0\r\n\r\n",
+        (200, b"A1"),
+    ),
+    (
+        "chunked with extensions and trailers",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=1\r\nA1\r\n0\r\nT: 1\r\n\r\n",
+        (200, b"A1"),
+    ),
+    (
+        "differing lengths",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 5\r\n\r\nA1xyz",
+        "invalid Content-Length '2, 5'",
+    ),
+    (
+        "a non-number length",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2x\r\n\r\nA1",
+        "invalid Content-Length",
+    ),
+    (
+        "space before the colon",
+        b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nA1",
+        "malformed header",
+    ),
+    (
+        "folded line",
+        b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 2\r\n\r\nA1",
+        "malformed header",
+    ),
+    (
+        "gzip",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        "unsupported Transfer-Encoding",
+    ),
+    ("101", b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", "101 Switching Protocols"),
+    ("not HTTP", b"SSH-2.0-OpenSSH\r\n\r\n", "SSH-2.0-OpenSSH"),
+]
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"), [c[1:] for c in HEAD_CASES], ids=[c[0] for c in HEAD_CASES]
+)
+def test_answer_heads_are_framed_as_rfc_9112_says(
+    answer: bytes, expected: tuple[int, bytes] | str
+) -> None:
+    """The parse gives the status and body, or an HTTPException naming the problem; after
+    a good parse the next answer on the connection is read as it was sent (nothing of the
+    first was left behind). As on a kept-alive connection, the server answers the second
+    request only after the first answer was read."""
+    import http.client
+
+    from app.kube.client import _Response
+
+    server, client = socket.socketpair()
+    with server, client:
+        client.settimeout(5)  # a misframed answer fails the test instead of hanging it
+        server.sendall(answer)
+        response = _Response(client, method="PATCH")
+        try:
+            if isinstance(expected, str):
+                with pytest.raises(http.client.HTTPException, match=re.escape(expected)):
+                    response.begin()
+                return
+            response.begin()
+            assert (response.status, response.read()) == expected
+        finally:
+            response.close()
+        server.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+        following = _Response(client, method="PATCH")
+        try:
+            following.begin()
+            assert following.status == 204  # nothing of the first answer was left behind
+        finally:
+            following.close()
