@@ -201,19 +201,34 @@ def parse_health_probe_bind_address(value: str) -> tuple[str, int] | None:
     Returns ``(host, port)``, ``host`` without brackets (``""`` = every address), or ``None``.
 
     Raises:
-        ValueError: not of that form, naming the reason.
+        ValueError: not of that form, naming the reason (Go's ``net.SplitHostPort``
+            reasons: ``missing port in address``, ``too many colons in address``, ...) but
+            not the value, which the caller names with the flag.
     """
     if value == "0":
         return None
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        raise ValueError(f"missing port in address (host:port, :port or 0): {value!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host or "[" in host or "]" in host:
-        raise ValueError(f"an IPv6 host must be in brackets ([::1]:8081): {value!r}")
-    if not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"invalid port {port!r} (0-65535): {value!r}")
+    if value.startswith("["):  # Go's net.SplitHostPort
+        host, bracket, rest = value[1:].partition("]")
+        if not bracket:
+            raise ValueError("missing ']' in address")
+        if not rest:
+            raise ValueError("missing port in address ([::1]:8081)")
+        if not rest.startswith(":") or "[" in host or "]" in rest:
+            raise ValueError("unexpected text after the bracketed host ([::1]:8081)")
+        port = rest[1:]
+    else:
+        host, sep, port = value.rpartition(":")
+        if not sep:
+            raise ValueError("missing port in address (host:port, :port or 0)")
+        if ":" in host:
+            raise ValueError(
+                "too many colons in address: an IPv6 host must be in brackets ([::1]:8081)"
+            )
+        if "[" in host or "]" in host:
+            raise ValueError("unexpected '[' or ']' in address")
+    # ASCII digits only: str.isdigit() also takes "²" and "٨٠٨١" (int() takes the latter).
+    if not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise ValueError(f"invalid port {port!r} (0-65535)")
     return host, int(port)
 
 
@@ -248,7 +263,8 @@ def from_flags(config: type[ConfigT], flags: Mapping[str, Any]) -> ConfigT:
             field = str(error["loc"][0])
             flag = "--" + field.replace("_", "-")
             problems.append(
-                f"{flag} ({ENV_PREFIX}{field.upper()}): {error['msg']}: {error.get('input')!r}"
+                f"{flag} ({ENV_PREFIX}{field.upper()}):"
+                f" {str(error['msg']).removeprefix('Value error, ')}: {error.get('input')!r}"
             )
         raise InvalidSettings("invalid setting: " + "; ".join(problems)) from err
     except (SettingsError, ValueError) as err:

@@ -29,7 +29,7 @@ from app.web import tls
 from app.web.app import create_app
 from app.web.auth import AllowAll, Authorizer, KubernetesAuthorizer
 from app.web.connections import CappedListener, protocol_class
-from app.web.healthprobe import HealthProbeServer, start_health_probes
+from app.web.healthprobe import HEAD_DEADLINE_SECONDS, HealthProbeServer, start_health_probes
 
 if TYPE_CHECKING:
     from app.web.certsync import CertSync
@@ -320,7 +320,7 @@ def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
                 probes = start_health_probes(
                     health_socket,
                     state=app.state.node_ipam,
-                    deadline=settings.request_head_timeout_seconds,
+                    deadline=min(settings.request_head_timeout_seconds, HEAD_DEADLINE_SECONDS),
                 )
                 health_socket = None  # the server owns it
                 log_event(log, "serving health probes", address=_address_of(probes))

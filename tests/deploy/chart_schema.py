@@ -45,7 +45,8 @@ CHART_REQUIRED: dict[str, tuple[str, dict[str, Any]]] = {
     "port": ("the container port of the Service", {}),
     "health_probe_bind_address": (
         "the probes' container port (host:port, :port or [v6]:port; not 0, not port)",
-        {"pattern": r"^(\[[^\]]*\]|[^:\[\]]*):[0-9]{1,5}$"},
+        # 0 passes here to get templates/validate.yaml's message, which says why not.
+        {"pattern": r"^(0|(\[[^\]]*\]|[^:\[\]]*):[0-9]{1,5})$"},
     ),
     "leader_elect": ("must be true with more than one replica (templates/validate.yaml)", {}),
     "leader_election_id": (

@@ -382,9 +382,30 @@ def test_every_setting_reaches_the_container_env_as_serve_reads_it(
         assert container(objects)[probe]["httpGet"]["port"] == "healthz", probe
 
 
-@pytest.mark.parametrize("address", ["0", ":0", ":9443", "[::]:9443"])
-def test_the_probes_need_a_health_probe_port_of_their_own(helm: Path, address: str) -> None:
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("0", "must name a port of its own"),  # validate.yaml's reason, not a schema regex
+        (":0", "must name a port of its own"),
+        (":9443", "must name a port of its own"),
+        ("[::]:9443", "must name a port of its own"),
+        (":99999", "invalid port 99999 (1-65535)"),  # serve would reject it
+        ("127.0.0.1:8081", "must not be a loopback address: the kubelet probes the Pod IP"),
+        ("[::1]:8081", "must not be a loopback address"),
+        ("localhost:8081", "must not be a loopback address"),
+    ],
+)
+def test_the_probes_need_a_health_probe_port_of_their_own(
+    helm: Path, address: str, reason: str
+) -> None:
     values = {"settings": {"health-probe-bind-address": address}}
     result = run(helm, "template", "x", str(CHART), values=values)
     assert result.returncode != 0
-    assert "health-probe-bind-address" in result.stderr
+    assert f"settings: health-probe-bind-address ({address})" in result.stderr
+    assert reason in result.stderr
+
+
+@pytest.mark.parametrize("address", [":8081", "0.0.0.0:8081", "[::]:8081", "10.0.0.7:8081"])
+def test_a_health_probe_address_the_kubelet_reaches_renders(helm: Path, address: str) -> None:
+    objects = template(helm, {"settings": {"health-probe-bind-address": address}})
+    assert container(objects)["ports"][1]["containerPort"] == 8081
