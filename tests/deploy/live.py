@@ -1,13 +1,17 @@
 """Helpers for the deploy tests that run on a real kube-apiserver (``own_control_plane``):
-cert-manager's CRDs as a stub, and a stand-in for the namespace controller."""
+cert-manager's CRDs as a stub, a stand-in for the namespace controller, and a documented
+uninstall run under it."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
 from tests.controlplane.plane import ControlPlane
+from tests.deploy.render import ROOT
 
 CRD_STUB = Path(__file__).parent / "data" / "cert-manager-crds-stub.yaml"
 
@@ -75,3 +79,27 @@ class NamespaceFinalizer:
             self.finalized = status == 200
             if self.finalized:
                 return
+
+
+def run_documented_uninstall(
+    plane: ControlPlane, block: str, *, namespace: str, env: Mapping[str, str]
+) -> tuple[subprocess.CompletedProcess[str], NamespaceFinalizer]:
+    """Run a README shell ``block`` verbatim in one ``bash -euo pipefail`` from the
+    repository root (as an operator pasting it would notice the first failing command),
+    with ``env``, while a :class:`NamespaceFinalizer` stands in for the namespace
+    controller of ``namespace``. Asserts that the block exited 0 (its output in the
+    message) and that the namespace was finalized; returns the run and the finalizer
+    (its ``leftovers``)."""
+    with NamespaceFinalizer(plane, namespace) as finalizer:
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block],
+            cwd=ROOT,
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert finalizer.finalized
+    return result, finalizer

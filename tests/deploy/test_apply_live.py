@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
 from tests.controlplane.plane import ControlPlane
-from tests.deploy.live import NamespaceFinalizer, install_crd_stub
+from tests.deploy.live import install_crd_stub, run_documented_uninstall
 from tests.deploy.readme import code_blocks, section
 from tests.deploy.render import KUSTOMIZATIONS, NAMESPACE, ROOT, render
 
@@ -92,18 +91,7 @@ def test_every_kustomization_applies_and_the_documented_uninstall_exits_0(
     # failing command (as an operator pasting it would notice).
     (block,) = [b for b in code_blocks(section("Uninstall"), "sh") if "delete -k" in b]
     environ = {**os.environ, "KUBECONFIG": str(plane.kubeconfig_path)}
-    with NamespaceFinalizer(plane, NAMESPACE) as finalizer:
-        result = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", block],
-            cwd=ROOT,
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    assert finalizer.finalized
+    result, _ = run_documented_uninstall(plane, block, namespace=NAMESPACE, env=environ)
     # Its last command prints nothing when both webhook configurations are gone: the only
     # lines naming them are the two deletions.
     webhook_lines = [line for line in result.stdout.splitlines() if "webhookconfiguration" in line]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,8 @@ import yaml
 
 from tests.controlplane.plane import ControlPlane
 from tests.deploy.helmchart import CHART, RELEASE, environment, run
-from tests.deploy.live import NamespaceFinalizer, install_crd_stub
+from tests.deploy.live import install_crd_stub, run_documented_uninstall
 from tests.deploy.readme import code_blocks, section
-from tests.deploy.render import ROOT
 from tests.deploy.test_chart import MATRIX
 
 NAMESPACE = "node-ipam-lb"
@@ -156,18 +154,7 @@ def test_install_upgrade_and_the_documented_uninstall(helm: Path, plane: Control
         **environment(plane.kubeconfig_path),
         "PATH": f"{helm.parent}{os.pathsep}{os.environ['PATH']}",
     }
-    with NamespaceFinalizer(plane, NAMESPACE) as finalizer:
-        result = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", block],
-            cwd=ROOT,
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    assert finalizer.finalized
+    result, finalizer = run_documented_uninstall(plane, block, namespace=NAMESPACE, env=environ)
     assert f'release "{RELEASE}" uninstalled' in result.stdout
     assert release_objects(plane) == set()
     # Deleted by the documented commands themselves, before the namespace went: what
