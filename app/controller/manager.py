@@ -96,7 +96,9 @@ class Controller:
             is_leader=self.is_leader,
             wall_clock=wall_clock,
             always_write=settings.cilium_compat_fanout,  # benchmark only (bench/README.md)
+            states=metrics.ServiceStates(lambda: self._writes and self.is_leader()),
         )
+        metrics.SERVICE_STATE_COLLECTOR.add(self.reconciler.states)
         annotation = self._selection.match_node_labels_annotation
         views: dict[Kind, Callable[..., Any]] = {
             "nodes": node_view,
@@ -275,11 +277,14 @@ class Controller:
 
     def _track_managed(self, changes: list[Change]) -> None:
         with self._lock:
+            states = self.reconciler.states
             for key, _, new in changes:
                 if new is not None and is_managed(new, self._selection)[0]:
                     self._managed[key] = new
+                    states.set_managed(key, True)
                 else:
                     self._managed.pop(key, None)
+                    states.set_managed(key, False)
             metrics.MANAGED_SERVICES.set(len(self._managed))
         # On every replica: a Service deleted while another replica leads is never
         # reconciled here, and its per-Service memory would otherwise stay forever.

@@ -48,6 +48,7 @@ from app.core.nodeipam import Selection, Summary, is_managed, select, summarise
 from app.core.options import SelectionSettings
 from app.core.status import ingress_differs
 from app.core.text import elide, elide_bytes
+from app.core.verdicts import ASSIGNED
 from app.core.views import EndpointSliceView, ServiceView
 from app.kube.client import ApiError, KubeAPI
 from app.telemetry import metrics
@@ -140,8 +141,9 @@ class Outcome:
     """What a reconcile needs from a :class:`~app.core.nodeipam.Selection`, without its
     per-Node verdicts (so it can be kept for many selectors at little memory):
     ``ingress`` (``None`` with ``error``), ``reason``, ``recheck_at`` (epoch seconds or
-    ``None``), and the notes of the ``NoEligibleNodes`` and ``ExternalIPPreferred``
-    Warnings (``None`` when they do not apply)."""
+    ``None``), the notes of the ``NoEligibleNodes`` and ``ExternalIPPreferred``
+    Warnings (``None`` when they do not apply), and for the state metrics the Selection's
+    ``code`` and how many Nodes are ``selected`` and ``hidden`` (ExternalIPPreferred)."""
 
     ingress: tuple[dict[str, str], ...] | None
     error: str | None
@@ -149,20 +151,25 @@ class Outcome:
     recheck_at: float | None
     empty_note: str | None
     hidden_note: str | None
+    code: str
+    selected: int
+    hidden: int
 
     @classmethod
     def of(cls, selection: Selection) -> Outcome:
         """The outcome of ``selection`` (the notes are derived here, once)."""
         empty = selection.ingress is not None and not selection.ingress
+        hidden = hidden_nodes(selection) if selection.ingress else []
         return cls(
             ingress=selection.ingress,
             error=selection.error,
             reason=selection.reason,
             recheck_at=selection.recheck_at,
             empty_note=no_eligible_nodes_note(selection) if empty else None,
-            hidden_note=(
-                external_ip_preferred_note(hidden_nodes(selection)) if selection.ingress else None
-            ),
+            hidden_note=external_ip_preferred_note(hidden),
+            code=selection.code,
+            selected=sum(v.selected for v in selection.nodes) if selection.ingress else 0,
+            hidden=len(hidden),
         )
 
     @classmethod
@@ -176,6 +183,9 @@ class Outcome:
             recheck_at=summary.recheck_at,
             empty_note=None,
             hidden_note=external_ip_preferred_note(summary.hidden),
+            code=ASSIGNED,
+            selected=summary.advertised,
+            hidden=len(summary.hidden),
         )
 
 
@@ -273,6 +283,7 @@ class Reconciler:
         is_leader: Callable[[], bool],
         wall_clock: Callable[[], float] = time.time,
         always_write: bool = False,
+        states: metrics.ServiceStates | None = None,
     ) -> None:
         # always_write: benchmark only (bench/README.md), Cilium's status write on every
         # reconcile, own-write echoes reconciled again; never set in production.
@@ -287,6 +298,8 @@ class Reconciler:
         self._written: dict[str, tuple[str | None, tuple[dict[str, str], ...]]] = {}
         self._errors: dict[str, str] = {}
         self._shared = SharedSelections(settings)
+        self.states = states if states is not None else metrics.ServiceStates(is_leader)
+        """What each managed Service last came to (``node_ipam_lb_services``)."""
 
     def is_own_write(self, old: ServiceView | None, new: ServiceView) -> bool:
         """True when ``new`` differs from ``old`` only by the status this reconciler last
@@ -330,6 +343,13 @@ class Reconciler:
             if not wrote:
                 return None
         self._report(namespace, name, outcome, wrote=wrote, uid=service.uid)
+        self.states.record(
+            key,
+            metrics.ASSIGNED if outcome.ingress else metrics.PENDING,
+            "" if outcome.ingress else outcome.code,
+            selected=outcome.selected,
+            hidden=outcome.hidden,
+        )
         if outcome.recheck_at is None:
             return None
         return max(outcome.recheck_at - now, 0.0)
@@ -424,6 +444,7 @@ class Reconciler:
         self, key: str, namespace: str, name: str, outcome: Outcome, service: ServiceView
     ) -> None:
         error = outcome.error or outcome.reason
+        self.states.record(key, metrics.INVALID_SELECTOR)
         with self._lock:
             new = self._errors.get(key) != error
             self._errors[key] = error
@@ -457,10 +478,12 @@ class Reconciler:
         with self._lock:
             self._written.clear()
             self._errors.clear()
+        self.states.reset()
         self._recorder.reset()
 
     def _forget(self, key: str, namespace: str, name: str) -> None:
         with self._lock:
             self._written.pop(key, None)
             self._errors.pop(key, None)
+        self.states.forget(key)
         self._recorder.forget(namespace, name)

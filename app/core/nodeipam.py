@@ -28,7 +28,15 @@ from app.core.nodeindex import NodeIndex, node_index
 from app.core.options import SelectionSettings
 from app.core.selector import Selector, SelectorError, parse_cached
 from app.core.text import elide
-from app.core.verdicts import NodeVerdict, VerdictKey, family_names, new_verdict, selection_reason
+from app.core.verdicts import (
+    INVALID_SELECTOR,
+    NOT_MANAGED,
+    NodeVerdict,
+    VerdictKey,
+    family_names,
+    new_verdict,
+    selection_reason,
+)
 from app.core.views import (
     FAMILY_BIT,
     IPV4,
@@ -60,7 +68,9 @@ class Selection:
     selector annotation is malformed, then ``error`` says why); otherwise the complete,
     ordered list of ``{"ip": ..., "ipMode": ...}`` entries, possibly empty (``<pending>``).
     ``recheck_at`` (epoch seconds) is when a NotReady grace period this result depends on
-    runs out (only with ``exclude_not_ready_nodes``).
+    runs out (only with ``exclude_not_ready_nodes``). ``code`` names the outcome in one
+    word: ``Assigned``, one of :data:`~app.core.verdicts.PENDING_CODES` (the step that
+    emptied the list), ``InvalidNodeSelector`` or ``NotManaged``.
     """
 
     namespace: str
@@ -72,15 +82,17 @@ class Selection:
     nodes: tuple[NodeVerdict, ...]
     warnings: tuple[str, ...]
     recheck_at: float | None
+    code: str
 
     def to_dict(self) -> dict[str, Any]:
-        """The preview JSON item: ``namespace``, ``name``, ``managed``, ``reason``,
+        """The preview JSON item: ``namespace``, ``name``, ``managed``, ``code``, ``reason``,
         ``ingress`` (list or ``None``), ``error``, ``nodes`` (``name``, ``selected``,
         ``code``, ``reason``), ``warnings``, ``recheckAt``."""
         return {
             "namespace": self.namespace,
             "name": self.name,
             "managed": self.managed,
+            "code": self.code,
             "reason": self.reason,
             "ingress": None if self.ingress is None else [dict(e) for e in self.ingress],
             "error": self.error,
@@ -98,15 +110,17 @@ class Summary:
     """What :func:`summarise` gives: the fields of :func:`select`'s Selection a reconcile
     reads when the ingress is not empty, without the per-Node verdicts.
 
-    ``ingress``, ``reason`` and ``recheck_at`` equal the Selection's; ``hidden`` holds the
-    names of the Nodes whose verdict is ``ExternalIPPreferred``, in the order of the
-    Selection's ``nodes``.
+    ``ingress``, ``reason`` and ``recheck_at`` equal the Selection's (whose ``code`` is
+    ``Assigned``); ``hidden`` holds the names of the Nodes whose verdict is
+    ``ExternalIPPreferred``, in the order of the Selection's ``nodes``; ``advertised`` is
+    how many Nodes are ``Selected``.
     """
 
     ingress: tuple[dict[str, str], ...]
     reason: str
     recheck_at: float | None
     hidden: tuple[str, ...]
+    advertised: int
 
 
 def is_managed(service: ServiceView, settings: SelectionSettings) -> tuple[bool, str]:
@@ -186,7 +200,9 @@ def _not_managed(service: ServiceView, why: str, settings: SelectionSettings) ->
             f"annotation {settings.match_node_labels_annotation} has no effect: the Service is"
             f" not managed by {settings.load_balancer_class}",
         )
-    return Selection(service.namespace, service.name, False, why, None, None, (), warnings, None)
+    return Selection(
+        service.namespace, service.name, False, why, None, None, (), warnings, None, NOT_MANAGED
+    )
 
 
 def _filter_nodes(
@@ -301,7 +317,7 @@ def select(
         error = f"{where}: Invalid value: {quoted}: {err}"
         return Selection(
             service.namespace, service.name, True, "invalid node selector annotation",
-            None, error, (), (), None,
+            None, error, (), (), None, INVALID_SELECTOR,
         )  # fmt: skip
     families = _families(service, warnings)
     wanted = FAMILY_BIT[families[0]] | (FAMILY_BIT[families[1]] if len(families) > 1 else 0)
@@ -331,14 +347,14 @@ def select(
         indices, candidates, verdicts, families=families, wanted=wanted,
         settings=settings, now=now, warnings=warnings,
     )  # fmt: skip
-    reason = selection_reason(
+    code, reason = selection_reason(
         ingress=ingress, counts=(len(node_list), matched, eligible, pool, selected),
         selector=selector, wanted=wanted, local=local,
     )  # fmt: skip
     return Selection(
         service.namespace, service.name, True, reason, tuple(ingress), None,
         tuple(verdicts),  # type: ignore[arg-type]  # every slot is filled by now
-        tuple(warnings), recheck_at,
+        tuple(warnings), recheck_at, code,
     )  # fmt: skip
 
 
@@ -396,7 +412,7 @@ def summarise(
     # With a non-empty ingress the reason reads only the Node total and the advertised
     # count; the other counts matter only for an empty one, which went to select().
     pool = len(candidates)
-    reason = selection_reason(
+    _, reason = selection_reason(
         ingress=ingress, counts=(len(node_list), len(matching), pool, pool, selected),
         selector=selector, wanted=wanted, local=service.external_traffic_policy == LOCAL,
     )  # fmt: skip
@@ -405,7 +421,7 @@ def summarise(
         for node, verdict in zip(candidates, verdicts, strict=True)
         if verdict is not None and verdict.code == "ExternalIPPreferred"
     )
-    return Summary(tuple(ingress), reason, recheck_at, hidden)
+    return Summary(tuple(ingress), reason, recheck_at, hidden, selected)
 
 
 def _contains(ascending: Sequence[int], value: int) -> bool:

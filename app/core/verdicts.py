@@ -76,6 +76,21 @@ def new_verdict(node: NodeView, key: VerdictKey) -> NodeVerdict:
     return verdict
 
 
+ASSIGNED = "Assigned"
+"""``Selection.code`` of a managed Service with a non-empty ingress."""
+INVALID_SELECTOR = "InvalidNodeSelector"
+"""``Selection.code`` of a managed Service whose selector annotation does not parse (§4.1;
+also the Warning Event's reason)."""
+NOT_MANAGED = "NotManaged"
+"""``Selection.code`` of a Service that is not ours (§3)."""
+PENDING_CODES = ("NoNodes", "SelectorMismatch", "Excluded", "NoReadyEndpoint", "NoAddressOfFamily")
+"""``Selection.code`` of a managed Service with an empty ingress (``<pending>``): the first
+step of docs/design.md §4 that emptied the list, in step order: no Node at all, the
+selector matches none (§4.1), every match is being deleted, labelled or tainted out
+(§4.2), eTP=Local and no eligible Node has a ready endpoint (§4.3), no address of a
+wanted family (§4.4). A fixed set: the ``reason`` label of ``node_ipam_lb_services``."""
+
+
 def selection_reason(
     *,
     ingress: list[dict[str, str]],
@@ -83,21 +98,26 @@ def selection_reason(
     selector: object,
     wanted: int,
     local: bool,
-) -> str:
-    """The ``Selection.reason`` of a managed Service: what was advertised, or the first
-    step that emptied the list. ``counts`` is ``(nodes, matched the selector, passed the
+) -> tuple[str, str]:
+    """``(Selection.code, Selection.reason)`` of a managed Service: :data:`ASSIGNED` and
+    what was advertised, or the :data:`PENDING_CODES` code and sentence of the first step
+    that emptied the list. ``counts`` is ``(nodes, matched the selector, passed the
     predicates, passed eTP=Local, advertised)``."""
     total, matched, eligible, candidates, selected = counts
     if ingress:
-        return f"{len(ingress)} address(es) from {selected} of {total} node(s)"
+        return ASSIGNED, f"{len(ingress)} address(es) from {selected} of {total} node(s)"
     if total == 0:
-        return "no Nodes in the cluster"
+        return "NoNodes", "no Nodes in the cluster"
     if matched == 0:
-        return f"no Node matches the node selector {selector}"
+        return "SelectorMismatch", f"no Node matches the node selector {selector}"
     if eligible == 0:
-        return (
+        return "Excluded", (
             "every matching Node is excluded (being deleted, exclusion label or autoscaler taint)"
         )
     if local and candidates == 0:
-        return "externalTrafficPolicy is Local and no eligible Node has a ready endpoint"
-    return f"no eligible Node has an ExternalIP or InternalIP of family {family_names(wanted)}"
+        return "NoReadyEndpoint", (
+            "externalTrafficPolicy is Local and no eligible Node has a ready endpoint"
+        )
+    return "NoAddressOfFamily", (
+        f"no eligible Node has an ExternalIP or InternalIP of family {family_names(wanted)}"
+    )

@@ -9,6 +9,9 @@ have no ``*_created`` series; the ``process_*`` family is registered here too.
 from __future__ import annotations
 
 import platform
+import threading
+import weakref
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -18,8 +21,10 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from app import __version__
+from app.core.verdicts import PENDING_CODES
 
 # No ``*_created`` sample per counter and histogram: client_golang (controller-runtime's
 # metrics) has none in the text format, and each would double the series per family.
@@ -149,3 +154,171 @@ def observe_webhook(*, path: str, verdict: str, seconds: float) -> None:
     """Count one admission request on ``path`` with ``verdict`` that took ``seconds``."""
     WEBHOOK_REQUESTS.labels(path, verdict).inc()
     WEBHOOK_LATENCY.labels(path, verdict).observe(seconds)
+
+
+ASSIGNED = "assigned"
+PENDING = "pending"
+INVALID_SELECTOR = "invalid_selector"
+UNRECONCILED = "unreconciled"
+SERVICE_STATES = (ASSIGNED, PENDING, INVALID_SELECTOR, UNRECONCILED)
+"""Values of the ``state`` label of ``node_ipam_lb_services``."""
+NODE_VERDICTS = ("Selected", "ExternalIPPreferred")
+"""Values of the ``verdict`` label of ``node_ipam_lb_service_nodes``: the two verdicts every
+reconcile knows without a verdict per Node (docs/design.md §5)."""
+
+
+class ServiceStates:
+    """The outcome of the last reconcile of each managed Service, counted per state, for
+    ``node_ipam_lb_services{state, reason}`` and ``node_ipam_lb_service_nodes{verdict}``
+    (docs/design.md §5, "State metrics").
+
+    One per :class:`~app.controller.manager.Controller`. The controller tells it which
+    Services are managed (:meth:`set_managed`, from the Service informer's changes) and
+    the reconciler what each last came to (:meth:`record`); a managed Service with no
+    record is ``unreconciled``. Each call is O(1) (a dict update and a few integer
+    additions under one lock: a state change moves one count, never a rescan); the
+    series are built at scrape time by :class:`ServiceStateCollector`.
+
+    ``active`` (a callable) says whether the counts mean anything now: while it is false
+    (a replica not holding the Lease, or the reconciler off) no sample is exported, as a
+    controller-runtime follower exports no metrics of controllers it does not run.
+    :meth:`reset` (a leadership term starts) forgets every record, as a controller-runtime
+    process starts its new term with fresh metrics.
+    """
+
+    def __init__(self, active: Callable[[], bool]) -> None:
+        self.active = active
+        self._lock = threading.Lock()
+        self._managed: set[str] = set()
+        self._records: dict[str, tuple[str, str, int, int]] = {}
+        self._counts: dict[tuple[str, str], int] = {}
+        self._nodes = [0, 0]
+
+    def set_managed(self, key: str, managed: bool) -> None:
+        """Service ``key`` (``namespace/name``) is managed (§3) or not (deleted, or no
+        longer ours: its record leaves)."""
+        with self._lock:
+            if managed:
+                self._managed.add(key)
+            else:
+                self._managed.discard(key)
+                self._drop(key)
+
+    def record(
+        self, key: str, state: str, reason: str = "", *, selected: int = 0, hidden: int = 0
+    ) -> None:
+        """Service ``key`` last came to ``state`` (one of :data:`SERVICE_STATES` but
+        ``unreconciled``) with ``reason`` (a pending code of docs/design.md §4, else
+        ``""``), with ``selected`` Nodes advertised and ``hidden`` by the global
+        ExternalIP preference. Ignored for a Service not (yet) known as managed: its
+        informer event, still on the way, enqueues it again."""
+        record = (state, reason, selected, hidden)
+        with self._lock:
+            if key not in self._managed:
+                return
+            old = self._records.get(key)
+            if old == record:
+                return
+            if old is not None:
+                self._count(old, -1)
+            self._records[key] = record
+            self._count(record, 1)
+
+    def forget(self, key: str) -> None:
+        """Drop the record of Service ``key`` (it is counted ``unreconciled`` while managed)."""
+        with self._lock:
+            self._drop(key)
+
+    def reset(self) -> None:
+        """Drop every record (a new leadership term reconciles every Service again)."""
+        with self._lock:
+            self._records.clear()
+            self._counts.clear()
+            self._nodes = [0, 0]
+
+    def snapshot(self) -> tuple[dict[tuple[str, str], int], tuple[int, int]]:
+        """``({(state, reason): Services}, (Selected, ExternalIPPreferred) Nodes summed over
+        Services)``, ``unreconciled`` included (with reason ``""``)."""
+        with self._lock:
+            counts = {k: v for k, v in self._counts.items() if v}
+            unreconciled = len(self._managed) - len(self._records)
+            nodes = (self._nodes[0], self._nodes[1])
+        counts[(UNRECONCILED, "")] = unreconciled
+        return counts, nodes
+
+    def _drop(self, key: str) -> None:
+        old = self._records.pop(key, None)
+        if old is not None:
+            self._count(old, -1)
+
+    def _count(self, record: tuple[str, str, int, int], sign: int) -> None:
+        state, reason, selected, hidden = record
+        self._counts[(state, reason)] = self._counts.get((state, reason), 0) + sign
+        self._nodes[0] += sign * selected
+        self._nodes[1] += sign * hidden
+
+
+class ServiceStateCollector:
+    """Exports ``node_ipam_lb_services`` and ``node_ipam_lb_service_nodes`` from every
+    active :class:`ServiceStates` of the process (one in ``serve``; tests run several
+    controllers in one process), summed. Each ``state`` (and each pending ``reason``) is a
+    series from the start, at 0 when no Service is in it, so an alert's expression and a
+    dashboard's legend exist before the first Service does."""
+
+    def __init__(self, pending_reasons: tuple[str, ...]) -> None:
+        self._pending = pending_reasons
+        self._states: weakref.WeakSet[ServiceStates] = weakref.WeakSet()
+
+    def add(self, states: ServiceStates) -> None:
+        """Export ``states`` too (kept weakly: a dropped controller leaves by itself)."""
+        self._states.add(states)
+
+    def describe(self) -> list[Metric]:
+        """The two families without samples (the registry's name-clash check)."""
+        return list(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        """The two families with their samples (scrape time)."""
+        counts: dict[tuple[str, str], int] = {}
+        nodes = [0, 0]
+        active = [s for s in list(self._states) if s.active()]
+        for states in active:
+            theirs, (selected, hidden) = states.snapshot()
+            for key, value in theirs.items():
+                counts[key] = counts.get(key, 0) + value
+            nodes[0] += selected
+            nodes[1] += hidden
+        yield from self._families(counts, nodes) if active else self._families()
+
+    def _families(
+        self, counts: dict[tuple[str, str], int] | None = None, nodes: list[int] | None = None
+    ) -> Iterator[Metric]:
+        services = GaugeMetricFamily(
+            "node_ipam_lb_services",
+            "Managed Services by the outcome of their last reconcile on this leader: state"
+            " assigned, pending (reason: the step of docs/design.md §4 that emptied the list,"
+            " preview's code), invalid_selector, unreconciled (managed, not reconciled yet"
+            " in this leadership term). No samples on a replica that does not lead.",
+            labels=["state", "reason"],
+        )
+        per_node = GaugeMetricFamily(
+            "node_ipam_lb_service_nodes",
+            "Nodes by verdict, summed over the managed Services of their last reconcile:"
+            " Selected (advertised) and ExternalIPPreferred (hidden by the global ExternalIP"
+            " preference, docs/design.md §4.4). No samples on a replica that does not lead.",
+            labels=["verdict"],
+        )
+        if counts is not None and nodes is not None:
+            for state in (ASSIGNED, INVALID_SELECTOR, UNRECONCILED):
+                services.add_metric([state, ""], counts.get((state, ""), 0))
+            for reason in self._pending:
+                services.add_metric([PENDING, reason], counts.get((PENDING, reason), 0))
+            for verdict, value in zip(NODE_VERDICTS, nodes, strict=True):
+                per_node.add_metric([verdict], value)
+        yield services
+        yield per_node
+
+
+SERVICE_STATE_COLLECTOR = ServiceStateCollector(PENDING_CODES)
+"""The collector of ``node_ipam_lb_services`` and ``node_ipam_lb_service_nodes``."""
+REGISTRY.register(SERVICE_STATE_COLLECTOR)

@@ -183,6 +183,35 @@ def test_prometheus_metrics_are_exposed(memory_api: MemoryAPI, start: Start) -> 
         assert name in text, name
 
 
+def test_the_controller_counts_the_services_of_its_cluster(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web"))
+    memory_api.apply("services", service("local", local=True))
+    memory_api.apply("services", service("other", lb_class="example.com/other"))
+    controller = start(leader_elect=False)
+    tracker = controller.reconciler.states
+
+    def counts() -> dict[tuple[str, str], int]:
+        return {k: v for k, v in tracker.snapshot()[0].items() if v}
+
+    wait_until(
+        lambda: counts() == {("assigned", ""): 1, ("pending", "NoReadyEndpoint"): 1},
+        what="web assigned, local pending",
+    )
+    memory_api.apply("endpointslices", endpoint_slice("local", nodes=["w1"]))
+    wait_until(lambda: counts() == {("assigned", ""): 2}, what="local assigned")
+    memory_api.delete("services", "default/web")
+    wait_until(lambda: counts() == {("assigned", ""): 1}, what="web left")
+    from prometheus_client import generate_latest
+
+    from app.telemetry.metrics import REGISTRY
+
+    text = generate_latest(REGISTRY).decode()
+    assert 'node_ipam_lb_services{reason="",state="assigned"}' in text
+
+
 def test_a_not_ready_node_is_dropped_when_its_grace_period_runs_out(
     memory_api: MemoryAPI, start: Start
 ) -> None:

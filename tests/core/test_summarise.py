@@ -44,7 +44,9 @@ def expected(
     if not selection.ingress:
         return None
     hidden = tuple(v.name for v in selection.nodes if v.code == "ExternalIPPreferred")
-    return Summary(selection.ingress, selection.reason, selection.recheck_at, hidden)
+    assert selection.code == "Assigned"
+    advertised = sum(v.selected for v in selection.nodes)
+    return Summary(selection.ingress, selection.reason, selection.recheck_at, hidden, advertised)
 
 
 def check(

@@ -36,6 +36,7 @@ ODD = Selection(
     ),
     warnings=("w1", "true"),
     recheck_at=1767225600.5,
+    code="InvalidNodeSelector",
 )
 BARE = Selection(
     namespace="default",
@@ -47,6 +48,7 @@ BARE = Selection(
     nodes=(),
     warnings=(),
     recheck_at=None,
+    code="NoNodes",
 )
 CASES = {
     "kind-4node": kind_4node,

@@ -73,6 +73,11 @@ class PreviewItem(BaseModel):
     namespace: str
     name: str
     managed: bool
+    code: str = Field(
+        description="The outcome in one word: Assigned; when ingress is empty the step that"
+        " emptied it: NoNodes, SelectorMismatch, Excluded, NoReadyEndpoint, NoAddressOfFamily;"
+        " InvalidNodeSelector; NotManaged (the reason label of node_ipam_lb_services)"
+    )
     reason: str = Field(description="Why the Service is managed or not, or why ingress is empty")
     ingress: list[IngressEntry] | None = Field(
         description="The ingress written to status; null = not written (unmanaged or error)"
@@ -108,6 +113,7 @@ PREVIEW_EXAMPLE: dict[str, Any] = {
     "namespace": "default",
     "name": "web",
     "managed": True,
+    "code": "Assigned",
     "reason": "spec.loadBalancerClass is io.cilium/node",
     "ingress": [{"ip": "172.18.0.3", "ipMode": "VIP"}, {"ip": "172.18.0.4", "ipMode": "VIP"}],
     "error": None,
