@@ -26,8 +26,8 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    """Build or find the binaries (kube-apiserver, etcd, then helm); print their paths and
-    versions."""
+    """Build or find the binaries (kube-apiserver, etcd, then helm, then prometheus and
+    promtool); print their paths and versions."""
     try:
         binaries = builder.build(interval=args.interval)
     except builder.ControlPlaneUnavailable as err:
@@ -42,6 +42,13 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"controlplane: {err}", file=sys.stderr)
         return 2
     print(f"{helm}: {builder.binary_version(helm, 'version', '--short')}")
+    try:
+        prometheus = builder.build_prometheus(interval=args.interval)
+    except builder.ControlPlaneUnavailable as err:
+        print(f"controlplane: {err}", file=sys.stderr)
+        return 2
+    for path in (prometheus.prometheus, prometheus.promtool):
+        print(f"{path}: {builder.binary_version(path, '--version')}")
     return 0
 
 

@@ -27,15 +27,25 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 GO_DIR = Path(__file__).resolve().parent / "go"
 KUBE_MODULE = GO_DIR / "kube"
 ETCD_MODULE = GO_DIR / "etcd"
 HELM_MODULE = GO_DIR / "helm"
+PROMETHEUS_MODULE = GO_DIR / "prometheus"
 KUBE_PACKAGE = "k8s.io/kubernetes/cmd/kube-apiserver"
 ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"  # the module's root package is etcd's main
 HELM_PACKAGE = "helm.sh/helm/v3/cmd/helm"
+PROMETHEUS_PACKAGES = (
+    "github.com/prometheus/prometheus/cmd/prometheus",
+    "github.com/prometheus/prometheus/cmd/promtool",
+)
+PROMETHEUS_TAGS = "remove_all_sd"
+"""Prometheus' own build tag that leaves out every service discovery but file, HTTP and
+static (its README, "Service discovery plugins"): the tests scrape static targets, and the
+cloud SDKs would triple the build. No ``builtinassets``: the web UI is not embedded (the
+HTTP API, all the tests use, is unaffected)."""
 
 CACHE_ENV = "NODE_IPAM_CONTROL_PLANE_CACHE"
 STANDARD_GO = "/usr/local/go/bin/go"
@@ -47,6 +57,7 @@ GO_BUILD_FLAGS = ["-trimpath"]
 BASE_LDFLAGS = ["-s", "-w"]
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 
 
 class ControlPlaneUnavailable(RuntimeError):
@@ -222,9 +233,9 @@ def _format_elapsed(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
-def _count_deps(go: str, module: Path, package: str) -> int:
+def _count_deps(go: str, module: Path, packages: list[str], tags: list[str]) -> int:
     result = subprocess.run(
-        [go, "list", "-deps", package],
+        [go, "list", *tags, "-deps", *packages],
         cwd=module,
         env=go_env(),
         capture_output=True,
@@ -240,28 +251,36 @@ def _go_build(
     *,
     name: str,
     module: Path,
-    package: str,
+    package: str | tuple[str, ...],
     output: Path,
     ldflags: list[str],
     log: IO[str],
     progress: Progress,
     interval: float,
+    tags: str = "",
 ) -> None:
-    """Run ``go build -v`` and report compiled-package counts every ``interval`` seconds."""
+    """Run ``go build -v`` and report compiled-package counts every ``interval`` seconds.
+
+    Several packages (a tuple) are built by one ``go build -o DIR/ pkg1 pkg2`` (``output``
+    is then the directory), so they share their compiled dependencies."""
+    packages = [package] if isinstance(package, str) else list(package)
+    target = str(output) if len(packages) == 1 else f"{output}/"
+    tag_flags = ["-tags", tags] if tags else []
     listing = time.monotonic()
     progress(f"[{name}] listing packages (downloads missing modules first)")
-    total = _count_deps(go, module, package)
+    total = _count_deps(go, module, packages, tag_flags)
     progress(f"[{name}] {total} packages, listed in {_format_elapsed(time.monotonic() - listing)}")
     cmd = [
         go,
         "build",
         "-v",
         *GO_BUILD_FLAGS,
+        *tag_flags,
         "-ldflags",
         " ".join(BASE_LDFLAGS + ldflags),
         "-o",
-        str(output),
-        package,
+        target,
+        *packages,
     ]
     log.write(f"$ (cd {module} && {' '.join(cmd)})\n")
     log.flush()
@@ -372,49 +391,169 @@ def _install(
     return elapsed
 
 
+def _build_tool(
+    *,
+    label: str,
+    key: str,
+    find: Callable[[], T | None],
+    versions: dict[str, str],
+    run: Callable[[str, Path, IO[str]], None],
+    progress: Progress,
+) -> T:
+    """The build of one cached tool (helm; prometheus and promtool): return ``find()``,
+    else, under the key's lock, build into ``<cache>/.<key>.partial`` with ``run(go,
+    staging, log)``, stamp it with ``versions`` and move it to ``<cache>/<key>``. Output
+    in ``<cache>/<key>.build.log``. Raises :class:`GoNotFound` or :class:`BuildFailed`."""
+    found = find()
+    if found is not None:
+        return found
+    root = cache_root()
+    with _lock(root, key):
+        found = find()
+        if found is not None:
+            return found
+        go = find_go()
+        if go is None:
+            raise GoNotFound(
+                f"go not found on PATH; it is needed once to build {label} into {root / key}"
+            )
+        directory, staging = root / key, root / f".{key}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        log_path = root / f"{key}.build.log"
+        progress(f"building {label} into {directory}; full go output: {log_path}")
+        start = time.monotonic()
+        with open(log_path, "w") as log:
+            run(go, staging, log)
+        elapsed = _install(staging, directory, go=go, start=start, versions=versions)
+        progress(f"built {label} in {_format_elapsed(elapsed)}")
+    found = find()
+    assert found is not None
+    return found
+
+
 def build_helm(*, progress: Progress = _stderr_progress, interval: float = 15.0) -> Path:
     """Return the cached ``helm`` binary, building it first when it is missing (same
     flags, locking and staging as :func:`build`; output in ``<cache>/<key>.build.log``).
 
     Raises :class:`GoNotFound` or :class:`BuildFailed` as :func:`build` does.
     """
-    found = find_helm()
-    if found is not None:
-        return found
-    root, key = cache_root(), helm_cache_key()
-    with _lock(root, key):
-        found = find_helm()
-        if found is not None:
-            return found
-        go = find_go()
-        if go is None:
-            raise GoNotFound(
-                f"go not found on PATH; it is needed once to build helm into {root / key}"
-            )
-        version = helm_version()
-        directory, staging = root / key, root / f".{key}.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        log_path = root / f"{key}.build.log"
-        progress(f"building helm {version} into {directory}; full go output: {log_path}")
-        start = time.monotonic()
-        with open(log_path, "w") as log:
-            _go_build(
-                go,
-                name="helm",
-                module=HELM_MODULE,
-                package=HELM_PACKAGE,
-                output=staging / "helm",
-                ldflags=helm_ldflags(version),
-                log=log,
-                progress=progress,
-                interval=interval,
-            )
-        elapsed = _install(staging, directory, go=go, start=start, versions={"helm": version})
-        progress(f"built helm in {_format_elapsed(elapsed)}")
-    found = find_helm()
-    assert found is not None
-    return found
+    version = helm_version()
+
+    def run(go: str, staging: Path, log: IO[str]) -> None:
+        _go_build(
+            go,
+            name="helm",
+            module=HELM_MODULE,
+            package=HELM_PACKAGE,
+            output=staging / "helm",
+            ldflags=helm_ldflags(version),
+            log=log,
+            progress=progress,
+            interval=interval,
+        )
+
+    return _build_tool(
+        label=f"helm {version}",
+        key=helm_cache_key(),
+        find=find_helm,
+        versions={"helm": version},
+        run=run,
+        progress=progress,
+    )
+
+
+def prometheus_version() -> str:
+    """The pinned ``github.com/prometheus/prometheus`` module version, e.g. ``v0.316.0``
+    (Prometheus 3.16.0: module v0.3MM.P is release v3.MM.P)."""
+    return _require_version(PROMETHEUS_MODULE / "go.mod", "github.com/prometheus/prometheus")
+
+
+def prometheus_release(module_version: str) -> str:
+    """The release a module version is (``v0.316.0`` -> ``3.16.0``), as Prometheus' own
+    ``VERSION`` file says it."""
+    match = re.fullmatch(r"v0\.3(\d\d)\.(\d+)", module_version)
+    if match is None:
+        raise RuntimeError(f"unexpected prometheus module version {module_version!r}")
+    return f"3.{int(match.group(1))}.{match.group(2)}"
+
+
+def prometheus_ldflags(module_version: str) -> list[str]:
+    """The ``-X`` flags of Prometheus' ``.promu.yml`` that name the version (``prometheus
+    --version`` and ``prometheus_build_info`` say it instead of an empty string)."""
+    pkg = "github.com/prometheus/common/version"
+    return [
+        f"-X {pkg}.Version={prometheus_release(module_version)}",
+        f"-X {pkg}.Branch=HEAD",
+        f"-X {pkg}.BuildUser=node-ipam-lb-tests",
+    ]
+
+
+def prometheus_cache_key() -> str:
+    """``prometheus-<version>-<hash>``: its own key, like :func:`helm_cache_key` (the hash
+    covers the module's go.mod and go.sum, the tags and the build recipe)."""
+    digest = hashlib.sha256(
+        f"recipe={RECIPE} {GO_BUILD_FLAGS} {BASE_LDFLAGS} tags={PROMETHEUS_TAGS}\n".encode()
+    )
+    for name in ("go.mod", "go.sum"):
+        digest.update(f"prometheus/{name}\n".encode())
+        digest.update((PROMETHEUS_MODULE / name).read_bytes())
+    return f"prometheus-{prometheus_version()}-{digest.hexdigest()[:12]}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PrometheusBinaries:
+    """The cached Prometheus server and promtool of the pinned version."""
+
+    directory: Path
+    prometheus: Path
+    promtool: Path
+    version: str
+
+
+def find_prometheus() -> PrometheusBinaries | None:
+    """The cached ``prometheus`` and ``promtool`` for the pinned version, or ``None`` when
+    they are not built (a directory without its ``build-info.json`` stamp does not count)."""
+    directory = cache_root() / prometheus_cache_key()
+    server, promtool = directory / "prometheus", directory / "promtool"
+    if (directory / STAMP).is_file() and all(os.access(p, os.X_OK) for p in (server, promtool)):
+        return PrometheusBinaries(directory, server, promtool, prometheus_version())
+    return None
+
+
+def build_prometheus(
+    *, progress: Progress = _stderr_progress, interval: float = 15.0
+) -> PrometheusBinaries:
+    """Return the cached Prometheus server and promtool, building both first (one ``go
+    build -o DIR/``, tags :data:`PROMETHEUS_TAGS`) when they are missing; same flags,
+    locking and staging as :func:`build`, output in ``<cache>/<key>.build.log``.
+
+    Raises :class:`GoNotFound` or :class:`BuildFailed` as :func:`build` does.
+    """
+    version = prometheus_version()
+
+    def run(go: str, staging: Path, log: IO[str]) -> None:
+        _go_build(
+            go,
+            name="prometheus",
+            module=PROMETHEUS_MODULE,
+            package=PROMETHEUS_PACKAGES,
+            output=staging,
+            ldflags=prometheus_ldflags(version),
+            log=log,
+            progress=progress,
+            interval=interval,
+            tags=PROMETHEUS_TAGS,
+        )
+
+    return _build_tool(
+        label=f"prometheus and promtool {version}",
+        key=prometheus_cache_key(),
+        find=find_prometheus,
+        versions={"prometheus": version},
+        run=run,
+        progress=progress,
+    )
 
 
 def build(

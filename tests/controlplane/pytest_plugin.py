@@ -1,6 +1,7 @@
 """pytest plugin (registered in ``tests/conftest.py``): the session fixture ``control_plane``,
 the module fixture ``own_control_plane``, the session fixtures ``control_plane_binaries``
-(for a test that starts its own ``ControlPlane``) and ``helm``.
+(for a test that starts its own ``ControlPlane``), ``helm`` and ``prometheus`` (the server
+and promtool).
 
 Tests that use one of them get the ``controlplane`` marker, so ``-m "not controlplane"``
 leaves the tier out. When such tests are collected and the binaries are not cached, they
@@ -12,19 +13,23 @@ reason; ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1`` turns that skip into a failure.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from tests.controlplane.build import (
     Binaries,
     ControlPlaneUnavailable,
+    PrometheusBinaries,
     build,
     build_helm,
+    build_prometheus,
     find_binaries,
     find_go,
     find_helm,
+    find_prometheus,
 )
 from tests.controlplane.plane import ControlPlane
 
@@ -32,10 +37,13 @@ FIXTURE = "control_plane"
 BINARIES_FIXTURE = "control_plane_binaries"
 PLANE_FIXTURES = (FIXTURE, "own_control_plane", BINARIES_FIXTURE)
 HELM_FIXTURE = "helm"
+PROMETHEUS_FIXTURE = "prometheus"
 REQUIRE_ENV = "NODE_IPAM_REQUIRE_CONTROL_PLANE"
 NO_GO = "go not found; run python -m tests.controlplane build"
 _BUILD_ERROR = pytest.StashKey[str]()
 _HELM_BUILD_ERROR = pytest.StashKey[str]()
+_PROMETHEUS_BUILD_ERROR = pytest.StashKey[str]()
+T = TypeVar("T")
 
 
 def _uses_control_plane(item: pytest.Item) -> bool:
@@ -50,10 +58,14 @@ def _uses_helm(item: pytest.Item) -> bool:
     return HELM_FIXTURE in getattr(item, "fixturenames", ())
 
 
+def _uses_prometheus(item: pytest.Item) -> bool:
+    return PROMETHEUS_FIXTURE in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that uses a control plane or the Go-built helm ``controlplane``."""
+    """Mark every test that uses a control plane or a Go-built tool ``controlplane``."""
     for item in items:
-        if _uses_control_plane(item) or _uses_helm(item):
+        if _uses_control_plane(item) or _uses_helm(item) or _uses_prometheus(item):
             item.add_marker(pytest.mark.controlplane)
 
 
@@ -61,6 +73,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the binaries before any test runs, if a selected test needs them."""
     plane = any(_uses_control_plane(item) for item in session.items)
     helm = any(_uses_helm(item) for item in session.items)
+    prometheus = any(_uses_prometheus(item) for item in session.items)
     if find_go() is None:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -79,6 +92,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             build_helm(progress=progress, interval=60)
         except ControlPlaneUnavailable as err:
             session.config.stash[_HELM_BUILD_ERROR] = str(err)
+    if prometheus and find_prometheus() is None:
+        try:
+            build_prometheus(progress=progress, interval=60)
+        except ControlPlaneUnavailable as err:
+            session.config.stash[_PROMETHEUS_BUILD_ERROR] = str(err)
 
 
 def _unavailable(reason: str) -> None:
@@ -134,21 +152,40 @@ def own_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
         yield plane
 
 
-@pytest.fixture(scope="session")
-def helm(request: pytest.FixtureRequest) -> Path:
-    """Path of the ``helm`` binary built from the pinned module (``go/helm/``); skips (or
-    fails under ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1``) when it is not cached and cannot
-    be built."""
-    found = find_helm()
+def _tool(
+    request: pytest.FixtureRequest,
+    find: Callable[[], T | None],
+    build_tool: Callable[..., T],
+    error_key: pytest.StashKey[str],
+) -> T:
+    """A Go-built tool from the cache, else built now; skips (or fails under
+    ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1``) when it cannot be."""
+    found = find()
     if found is not None:
         return found
-    error = request.config.stash.get(_HELM_BUILD_ERROR, None)
+    error = request.config.stash.get(error_key, None)
     if error is not None:
         _unavailable(error)
     if find_go() is None:
         _unavailable(NO_GO)
     try:
-        return build_helm(interval=60)
+        return build_tool(interval=60)
     except ControlPlaneUnavailable as err:
         _unavailable(str(err))
     raise AssertionError("unreachable")  # _unavailable always raises
+
+
+@pytest.fixture(scope="session")
+def helm(request: pytest.FixtureRequest) -> Path:
+    """Path of the ``helm`` binary built from the pinned module (``go/helm/``); skips (or
+    fails under ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1``) when it is not cached and cannot
+    be built."""
+    return _tool(request, find_helm, build_helm, _HELM_BUILD_ERROR)
+
+
+@pytest.fixture(scope="session")
+def prometheus(request: pytest.FixtureRequest) -> PrometheusBinaries:
+    """The ``prometheus`` server and ``promtool`` built from the pinned module
+    (``go/prometheus/``); skips (or fails under ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1``) when
+    they are not cached and cannot be built."""
+    return _tool(request, find_prometheus, build_prometheus, _PROMETHEUS_BUILD_ERROR)
