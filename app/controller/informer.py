@@ -4,7 +4,8 @@ One thread per kind. It lists in pages (``limit``/``continue``), replaces the ca
 then watches from the list's ``resourceVersion`` with ``allowWatchBookmarks=true`` and a
 server-side ``timeoutSeconds``; a closed watch resumes from the last seen version, a
 ``410 Gone`` (compaction, "too old resource version") re-lists, any other failure reconnects
-after an exponential backoff (0.2 s doubling to 30 s, reset after a working watch). Objects
+after an exponential backoff (0.2 s doubling to 30 s, reset after a working watch; never
+sooner than the answer's ``Retry-After``, e.g. a 429 from API Priority and Fairness). Objects
 are turned into slim views at once; the raw dict is dropped.
 
 Nothing but :meth:`Informer.stop` ends the thread: an exception from the handler or the view
@@ -123,6 +124,7 @@ class Informer:
         while not self._stop.is_set():
             self.last_activity = self._clock()
             listing = resource_version is None
+            retry_after = 0.0
             try:
                 version = self._list() if resource_version is None else resource_version
                 resource_version = version
@@ -134,6 +136,7 @@ class Informer:
                     backoff = self._backoff_initial
                     continue
             except ApiError as err:
+                retry_after = min(err.retry_after or 0.0, self._backoff_max)
                 if err.status == 410:
                     # Compacted: re-list at once, unless this attempt already listed (an
                     # expired continue token, or a fresh list's version already too old):
@@ -148,7 +151,7 @@ class Informer:
                     level=logging.WARNING,
                     kind=self.kind,
                     error=str(err),
-                    retry_in_seconds=backoff,
+                    retry_in_seconds=max(backoff, retry_after),
                 )
             except Exception:
                 # A bug, not the API: never let it end the thread (healthy() would fail and
@@ -159,8 +162,9 @@ class Informer:
                 )
                 resource_version = None
             # A failed call, or a watch the server closed without sending anything:
-            # wait before the next try so a broken API is not hammered.
-            self._stop.wait(backoff)
+            # wait before the next try so a broken API is not hammered, and not before
+            # the server's Retry-After (a 429 from API Priority and Fairness).
+            self._stop.wait(max(backoff, retry_after))
             backoff = min(backoff * 2, self._backoff_max)
 
     def _list(self) -> str:

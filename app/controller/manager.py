@@ -315,7 +315,9 @@ class Controller:
         except Exception as err:
             result = "error"
             metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
-            delay = self.queue.add_rate_limited(key)
+            # A 429 (API Priority and Fairness) or 5xx with Retry-After: not before then.
+            wait = err.retry_after if isinstance(err, ApiError) else None
+            delay = self.queue.add_rate_limited(key, at_least=wait or 0.0)
             if not isinstance(err, ApiError):
                 LOG.exception("reconcile failed", extra={"fields": {"service": key}})
             log_event(

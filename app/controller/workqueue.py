@@ -77,12 +77,14 @@ class WorkQueue:
             heapq.heappush(self._heap, (due, next(self._seq), key))
             self._cond.notify()
 
-    def add_rate_limited(self, key: str) -> float:
-        """Re-queue ``key`` after its backoff (5 ms · 2^failures, capped); return the delay."""
+    def add_rate_limited(self, key: str, *, at_least: float = 0.0) -> float:
+        """Re-queue ``key`` after its backoff (5 ms · 2^failures), or after ``at_least``
+        seconds if longer (the API server's ``Retry-After``), capped at ``max_delay``;
+        return the delay."""
         with self._cond:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
-        delay = min(self._base_delay * 2.0**failures, self._max_delay)
+        delay = min(max(self._base_delay * 2.0**failures, at_least), self._max_delay)
         self._retries.inc()
         self.add_after(key, delay)
         return delay

@@ -76,12 +76,17 @@ class ApiError(Exception):
 
     ``status`` is the HTTP status code, or 0 when no response arrived (connection refused,
     timeout, TLS error, broken stream). ``reason`` is the Status message or transport error.
+    ``retry_after`` is the answer's ``Retry-After`` in seconds on a 429 or 5xx (API Priority
+    and Fairness sends 1-60 s with its 429s, a shutting-down server 5 s with its 429s), else
+    ``None``: the caller waits at least that long before the next try, as client-go's
+    ``rest.Request`` does (``checkWait``: 429 and 5xx, whole seconds only).
     """
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, retry_after: float | None = None) -> None:
         super().__init__(f"{status}: {reason}" if status else reason)
         self.status = status
         self.reason = reason
+        self.retry_after = retry_after
 
 
 class WatchStream(Protocol):
@@ -283,7 +288,8 @@ class KubernetesAPI:
             "GET", COLLECTIONS[kind], query=query, timeout=(self._timeout, timeout_seconds + 15)
         )
         if not 200 <= response.status <= 299:
-            _raise_for(response.status, _read_all(response))
+            retry_after = response.headers.get("Retry-After")
+            _raise_for(response.status, _read_all(response), retry_after)
         return _RawWatch(response)
 
     def patch_service_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
@@ -391,11 +397,11 @@ class KubernetesAPI:
                 len(data),
                 data,
             )
-            status, answer = kept_alive.exchange(request, method)
+            status, answer, retry_after = kept_alive.exchange(request, method)
         except Exception as err:  # socket/ssl/http.client errors, a failing token refresh
             raise ApiError(0, f"{method} {path}: {_describe(err, self._timeout)}") from err
         if not 200 <= status <= 299:
-            _raise_for(status, answer)
+            _raise_for(status, answer, retry_after)
 
     def _lean(self) -> _KeptAlive | None:
         """The :class:`_KeptAlive` connections, made once; ``None`` when ``lean_writes`` is
@@ -492,7 +498,7 @@ class KubernetesAPI:
         except Exception as err:  # urllib3 raises several unrelated types mid-body
             raise ApiError(0, f"{method} {path}: reading the response: {err}") from err
         if not 200 <= response.status <= 299:
-            _raise_for(response.status, data)
+            _raise_for(response.status, data, response.headers.get("Retry-After"))
         return response.status, data
 
     def _auth_headers(self) -> dict[str, str]:
@@ -696,10 +702,11 @@ class _KeptAlive:
         self.host_header = host if pool.port in (None, default_port) else f"{host}:{pool.port}"
         """``Host`` header value, as ``http.client`` writes it."""
 
-    def exchange(self, request: bytes, method: str) -> tuple[int, bytes]:
+    def exchange(self, request: bytes, method: str) -> tuple[int, bytes, str | None]:
         """Send ``request`` (a complete HTTP/1.1 request with ``Content-Length``); return
-        ``(status, body)`` of the answer. Raises ``OSError`` (including ``ssl`` and
-        timeout errors), ``http.client.HTTPException`` or ``urllib3`` connect errors."""
+        ``(status, body, its Retry-After header or None)`` of the answer. Raises ``OSError``
+        (including ``ssl`` and timeout errors), ``http.client.HTTPException`` or
+        ``urllib3`` connect errors."""
         sock = self._reusable()
         if sock is not None:
             try:
@@ -758,7 +765,9 @@ class _KeptAlive:
         sock.settimeout(self._timeout)
         return sock
 
-    def _finish(self, sock: Any, request: bytes, sent: int, method: str) -> tuple[int, bytes]:
+    def _finish(
+        self, sock: Any, request: bytes, sent: int, method: str
+    ) -> tuple[int, bytes, str | None]:
         response = None
         try:
             if sent < len(request):
@@ -776,7 +785,7 @@ class _KeptAlive:
             self._release(sock)
         else:
             _close(sock)
-        return response.status, data
+        return response.status, data, response.fields.get("retry-after")
 
     def _release(self, sock: Any) -> None:
         if self._closed or len(self._idle) >= self._max_idle:
@@ -944,7 +953,20 @@ def _read_all(raw: Any) -> bytes:
         return b""
 
 
-def _raise_for(status: int, data: bytes) -> None:
+def retry_after_seconds(status: int, value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header ``value`` on a ``status`` answer, as
+    client-go reads it (``rest.checkWait``/``retryAfterSeconds``): only on 429 and 5xx,
+    only a whole number of seconds >= 0 (an HTTP-date or garbage counts as absent)."""
+    if value is None or not (status == 429 or 500 <= status <= 599):
+        return None
+    value = value.strip()
+    if not value.isascii() or not value.isdigit():
+        return None
+    return float(int(value))
+
+
+def _raise_for(status: int, data: bytes, retry_after: str | None = None) -> None:
+    wait = retry_after_seconds(status, retry_after)
     reason = data.decode("utf-8", "replace")[:500]
     try:
         decoded = orjson.loads(data)
@@ -952,7 +974,7 @@ def _raise_for(status: int, data: bytes) -> None:
             reason = decoded["message"]
     except ValueError:
         pass
-    raise ApiError(status, reason)
+    raise ApiError(status, reason, wait)
 
 
 def _events_path(api_version: Any, namespace: str | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -69,14 +70,19 @@ class MemoryAPI:
         self.events: list[dict[str, Any]] = []
         self.calls: Counter[str] = Counter()
         self.faults: dict[str, list[int]] = {}
+        self.retry_after: dict[str, float] = {}
+        self.call_times: dict[str, list[float]] = {}
         self.events_v1_served = True
         self.watch_generation = 0
 
     # --- test controls -------------------------------------------------------------
-    def fail(self, op: str, *statuses: int) -> None:
-        """Make the next calls of ``op`` fail with these HTTP statuses (0: no response)."""
+    def fail(self, op: str, *statuses: int, retry_after: float | None = None) -> None:
+        """Make the next calls of ``op`` fail with these HTTP statuses (0: no response),
+        each with ``retry_after`` (the answer's ``Retry-After`` seconds) when given."""
         with self.cond:
             self.faults.setdefault(op, []).extend(statuses)
+            if retry_after is not None:
+                self.retry_after[op] = retry_after
 
     def apply(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Create or replace an object (like ``kubectl apply``); returns the stored copy."""
@@ -217,8 +223,12 @@ class MemoryAPI:
             self.calls[op] += 1
             queued = self.faults.get(op)
             status = queued.pop(0) if queued else None
+            self.call_times.setdefault(op, []).append(time.monotonic())
+            wait = self.retry_after.get(op)
         if status is not None:
-            raise ApiError(status, f"injected {status} on {op}")
+            err = ApiError(status, f"injected {status} on {op}")
+            err.retry_after = wait
+            raise err
 
     def _put_lease(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
         self.version += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -119,6 +120,22 @@ def test_write_failures_are_retried_without_a_storm(memory_api: MemoryAPI, start
     start(leader_elect=False)
     wait_until(converged(memory_api, "default/web", ["10.0.0.1"]), what="converged after faults")
     assert memory_api.calls["patch services/status"] == 5
+
+
+def test_a_429_is_retried_no_sooner_than_its_retry_after(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    """API Priority and Fairness answers 429 with Retry-After (1 s at first): the key is
+    re-queued after that, not after the 5 ms backoff (client-go's rest.Request waits too)."""
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web"))
+    memory_api.fail("patch services/status", 429, 429, retry_after=0.4)
+    start(leader_elect=False)
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1"]), what="converged after 429s")
+    times = memory_api.call_times["patch services/status"]
+    assert len(times) == 3, "one retry per 429, no storm"
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert min(gaps) >= 0.4, gaps
 
 
 def test_only_the_leader_writes_and_a_standby_takes_over(

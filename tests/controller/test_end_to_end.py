@@ -234,6 +234,22 @@ def test_failed_status_writes_are_retried_with_backoff(
     assert fake_api.requests()[PATCH_STATUS] == times + 1, "one retry per failure, no storm"
 
 
+def test_a_throttled_status_write_waits_for_retry_after(
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    """A 429 as API Priority and Fairness sends it (plain text, ``Retry-After: 1``) on the
+    lean status write: retried once, no sooner than 1 s later (the 5 ms backoff alone
+    would retry at once)."""
+    seed_three_nodes(fake_api)
+    kubectl.create("services", service("web"))
+    fake_api.fail(method="PATCH", path="*/services/web/status", status=429, times=1)
+    started = time.monotonic()
+    run_controller()
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    assert time.monotonic() - started >= 1.0
+    assert fake_api.requests()[PATCH_STATUS] == 2, "one retry, after Retry-After"
+
+
 def test_dropped_watches_and_410_on_re_watch_lose_no_update(
     fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
 ) -> None:

@@ -130,6 +130,30 @@ def test_a_failing_list_is_retried_with_backoff(
         informer.join(5)
 
 
+def test_a_429_list_waits_for_its_retry_after(api: MemoryAPI) -> None:
+    """A throttled List (429 + Retry-After) is tried again no sooner than the server asked,
+    even though the informer's own backoff is shorter."""
+    api.fail("list nodes", 429, retry_after=0.5)
+    cache = ClusterCache()
+    informer = Informer(
+        kind="nodes",
+        api=api,
+        cache=cache,
+        to_view=node_view,
+        handler=Recorder(),
+        backoff_initial=0.01,
+    )
+    informer.start()
+    try:
+        wait_until(lambda: cache.kind_synced("nodes"), what="list after the 429")
+        first, second = api.call_times["list nodes"][:2]
+        assert second - first >= 0.5
+        assert api.calls["list nodes"] == 2
+    finally:
+        informer.stop()
+        informer.join(5)
+
+
 def test_an_unusable_object_is_left_out_not_fatal(running: Running, api: MemoryAPI) -> None:
     informer, cache, _ = running
     wait_until(lambda: cache.kind_synced("nodes"), what="first list")

@@ -41,6 +41,10 @@ class Target:
     sub: str
 
 
+APF_REJECTED = "Too many requests, please try again later.\n"
+"""The body of a 429 from API Priority and Fairness (Go's ``http.Error``)."""
+
+
 def _json(body: Any, code: int = 200, warnings: list[str] | None = None) -> Response:
     raw = body if isinstance(body, bytes) else dumps(body)
     resp = Response(raw, status_code=code, media_type=JSON)
@@ -210,6 +214,16 @@ class FakeApiApp:
         while self.faults.held(method, path) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
         rule = self.faults.take_failure(method, path)
+        if rule is not None and rule.status == 429 and not rule.message:
+            # What API Priority and Fairness answers (apiserver filters/
+            # priority-and-fairness.go tooManyRequests): plain text, not a Status, and
+            # Retry-After (1 s until drops keep coming).
+            return Response(
+                APF_REJECTED,
+                status_code=429,
+                media_type="text/plain; charset=utf-8",
+                headers={"Retry-After": "1", "X-Content-Type-Options": "nosniff"},
+            )
         if rule is not None:
             message = rule.message or f"injected failure for {method} {path}"
             raise ApiError(errors.status_body(code=rule.status, message=message))

@@ -177,3 +177,17 @@ def test_hold_stalls_matching_requests_until_release(
     core.create_node(body={"metadata": {"name": "unaffected"}})
     fake_api.release()
     assert done.wait(5)
+
+
+def test_an_injected_429_answers_as_api_priority_and_fairness(fake_api: FakeApiServer) -> None:
+    """The real server's 429 (tests/controlplane/test_faults.py,
+    test_apf_rejects_with_retry_after): plain text with Retry-After, not a Status."""
+    fake_api.fail(method="GET", path="/api/v1/nodes", status=429)
+    api = fake_api.client()
+    resp = api.rest_client.pool_manager.request(  # urllib3 itself retries after Retry-After
+        "GET", f"{api.configuration.host}/api/v1/nodes", retries=False
+    )
+    assert resp.status == 429
+    assert resp.headers["Retry-After"] == "1"
+    assert resp.headers["Content-Type"].startswith("text/plain")
+    assert resp.data == b"Too many requests, please try again later.\n"

@@ -32,3 +32,27 @@ def test_watch_lines_and_error_bodies_are_decoded() -> None:
     with pytest.raises(ApiError) as err:
         _raise_for(502, b"<html>bad gateway</html>")
     assert err.value.reason == "<html>bad gateway</html>"
+
+
+@pytest.mark.parametrize(
+    ("status", "header", "wanted"),
+    [
+        (429, "1", 1.0),
+        (429, " 60 ", 60.0),
+        (503, "5", 5.0),
+        (429, None, None),
+        (409, "3", None),  # client-go waits only on 429 and 5xx
+        (429, "Wed, 21 Oct 2026 07:28:00 GMT", None),  # an HTTP-date: client-go ignores it
+        (429, "-1", None),
+        (429, "1.5", None),
+    ],
+)
+def test_retry_after_is_read_as_client_go_reads_it(
+    status: int, header: str | None, wanted: float | None
+) -> None:
+    """API Priority and Fairness' 429 is plain text with ``Retry-After`` (apiserver
+    filters/priority-and-fairness.go ``tooManyRequests``)."""
+    with pytest.raises(ApiError) as err:
+        _raise_for(status, b"Too many requests, please try again later.\n", header)
+    assert err.value.retry_after == wanted
+    assert err.value.status == status
