@@ -26,22 +26,22 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    """Build or find the binaries (kube-apiserver, etcd, then helm); print their paths and
-    versions."""
+    """Build or find the binaries (kube-apiserver, etcd, helm, then the Cilium peer of
+    tests/peers/cilium); print their paths and versions."""
+    from tests.peers.cilium import build as cilium  # the differential tests' peer
+
     try:
         binaries = builder.build(interval=args.interval)
-    except builder.ControlPlaneUnavailable as err:
-        print(f"controlplane: {err}", file=sys.stderr)
-        return 2
-    print(f"cache: {binaries.directory}")
-    for path in (binaries.kube_apiserver, binaries.etcd):
-        print(f"{path}: {builder.binary_version(path)}")
-    try:
+        print(f"cache: {binaries.directory}")
+        for path in (binaries.kube_apiserver, binaries.etcd):
+            print(f"{path}: {builder.binary_version(path)}")
         helm = builder.build_helm(interval=args.interval)
+        print(f"{helm}: {builder.binary_version(helm, 'version', '--short')}")
+        peer = cilium.build_peer(interval=args.interval)
+        print(f"{peer}: {builder.binary_version(peer)}")
     except builder.ControlPlaneUnavailable as err:
         print(f"controlplane: {err}", file=sys.stderr)
         return 2
-    print(f"{helm}: {builder.binary_version(helm, 'version', '--short')}")
     return 0
 
 
@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="python -m tests.controlplane", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_build = sub.add_parser("build", help="build (or find cached) kube-apiserver, etcd and helm")
+    p_build = sub.add_parser(
+        "build", help="build (or find cached) kube-apiserver, etcd, helm and the Cilium peer"
+    )
     p_build.add_argument(
         "--interval", type=float, default=15.0, help="seconds between progress lines"
     )

@@ -155,25 +155,38 @@ def cache_dir() -> Path:
     return cache_root() / cache_key()
 
 
-def helm_cache_key() -> str:
-    """``helm-<version>-<hash>``: its own key (a helm bump does not rebuild the control
-    plane, nor the other way round); the hash covers the helm module's go.mod and go.sum
-    and the build recipe."""
+def tool_cache_key(
+    name: str, version: str, module: Path, files: tuple[str, ...] = ("go.mod", "go.sum")
+) -> str:
+    """``<name>-<version>-<hash>``: the cache key of one tool built from its own Go module
+    (helm, the Cilium peer), so bumping it rebuilds neither the control plane nor another
+    tool; the hash covers ``files`` of ``module`` (a main.go of ours too, where there is
+    one) and the build recipe."""
     digest = hashlib.sha256(f"recipe={RECIPE} {GO_BUILD_FLAGS} {BASE_LDFLAGS}\n".encode())
-    for name in ("go.mod", "go.sum"):
-        digest.update(f"helm/{name}\n".encode())
-        digest.update((HELM_MODULE / name).read_bytes())
-    return f"helm-{helm_version()}-{digest.hexdigest()[:12]}"
+    for file in files:
+        digest.update(f"{module.name}/{file}\n".encode())
+        digest.update((module / file).read_bytes())
+    return f"{name}-{version}-{digest.hexdigest()[:12]}"
+
+
+def find_tool(key: str, binary: str) -> Path | None:
+    """``<cache>/<key>/<binary>`` when it is built, else ``None`` (a directory without its
+    ``build-info.json`` stamp does not count)."""
+    directory = cache_root() / key
+    path = directory / binary
+    if (directory / STAMP).is_file() and os.access(path, os.X_OK):
+        return path
+    return None
+
+
+def helm_cache_key() -> str:
+    """``helm-<version>-<hash>`` (:func:`tool_cache_key` of ``go/helm/``)."""
+    return tool_cache_key("helm", helm_version(), HELM_MODULE)
 
 
 def find_helm() -> Path | None:
-    """The cached ``helm`` binary for the pinned version, or ``None`` when it is not built
-    (a directory without its ``build-info.json`` stamp does not count)."""
-    directory = cache_root() / helm_cache_key()
-    helm = directory / "helm"
-    if (directory / STAMP).is_file() and os.access(helm, os.X_OK):
-        return helm
-    return None
+    """The cached ``helm`` binary for the pinned version, or ``None`` when it is not built."""
+    return find_tool(helm_cache_key(), "helm")
 
 
 def find_binaries() -> Binaries | None:
@@ -372,49 +385,79 @@ def _install(
     return elapsed
 
 
-def build_helm(*, progress: Progress = _stderr_progress, interval: float = 15.0) -> Path:
-    """Return the cached ``helm`` binary, building it first when it is missing (same
-    flags, locking and staging as :func:`build`; output in ``<cache>/<key>.build.log``).
+def build_tool(
+    *,
+    name: str,
+    version: str,
+    key: str,
+    module: Path,
+    package: str,
+    ldflags: list[str],
+    progress: Progress = _stderr_progress,
+    interval: float = 15.0,
+) -> Path:
+    """Return the cached binary ``<cache>/<key>/<name>``, building ``package`` of Go
+    ``module`` into it first when it is missing (same flags, locking, staging and stamp as
+    :func:`build`; full output in ``<cache>/<key>.build.log``). ``version`` goes into the
+    stamp and the progress lines.
 
     Raises :class:`GoNotFound` or :class:`BuildFailed` as :func:`build` does.
     """
-    found = find_helm()
+    found = find_tool(key, name)
     if found is not None:
         return found
-    root, key = cache_root(), helm_cache_key()
+    root = cache_root()
     with _lock(root, key):
-        found = find_helm()
+        found = find_tool(key, name)
         if found is not None:
             return found
         go = find_go()
         if go is None:
             raise GoNotFound(
-                f"go not found on PATH; it is needed once to build helm into {root / key}"
+                f"go not found on PATH; it is needed once to build {name} into {root / key}"
             )
-        version = helm_version()
         directory, staging = root / key, root / f".{key}.partial"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         log_path = root / f"{key}.build.log"
-        progress(f"building helm {version} into {directory}; full go output: {log_path}")
+        progress(f"building {name} {version} into {directory}; full go output: {log_path}")
         start = time.monotonic()
         with open(log_path, "w") as log:
             _go_build(
                 go,
-                name="helm",
-                module=HELM_MODULE,
-                package=HELM_PACKAGE,
-                output=staging / "helm",
-                ldflags=helm_ldflags(version),
+                name=name,
+                module=module,
+                package=package,
+                output=staging / name,
+                ldflags=ldflags,
                 log=log,
                 progress=progress,
                 interval=interval,
             )
-        elapsed = _install(staging, directory, go=go, start=start, versions={"helm": version})
-        progress(f"built helm in {_format_elapsed(elapsed)}")
-    found = find_helm()
+        elapsed = _install(staging, directory, go=go, start=start, versions={name: version})
+        progress(f"built {name} in {_format_elapsed(elapsed)}")
+    found = find_tool(key, name)
     assert found is not None
     return found
+
+
+def build_helm(*, progress: Progress = _stderr_progress, interval: float = 15.0) -> Path:
+    """Return the cached ``helm`` binary, building it first when it is missing
+    (:func:`build_tool`).
+
+    Raises :class:`GoNotFound` or :class:`BuildFailed` as :func:`build` does.
+    """
+    version = helm_version()
+    return build_tool(
+        name="helm",
+        version=version,
+        key=helm_cache_key(),
+        module=HELM_MODULE,
+        package=HELM_PACKAGE,
+        ldflags=helm_ldflags(version),
+        progress=progress,
+        interval=interval,
+    )
 
 
 def build(

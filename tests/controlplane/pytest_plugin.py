@@ -1,6 +1,7 @@
 """pytest plugin (registered in ``tests/conftest.py``): the session fixture ``control_plane``,
-the module fixture ``own_control_plane``, the session fixtures ``control_plane_binaries``
-(for a test that starts its own ``ControlPlane``) and ``helm``.
+the module fixtures ``own_control_plane`` and ``dual_stack_control_plane``, the session
+fixtures ``control_plane_binaries`` (for a test that starts its own ``ControlPlane``),
+``helm`` and ``cilium_nodeipam`` (the Cilium peer's binary, tests/peers/cilium).
 
 Tests that use one of them get the ``controlplane`` marker, so ``-m "not controlplane"``
 leaves the tier out. When such tests are collected and the binaries are not cached, they
@@ -12,7 +13,7 @@ reason; ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1`` turns that skip into a failure.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,15 +28,18 @@ from tests.controlplane.build import (
     find_helm,
 )
 from tests.controlplane.plane import ControlPlane
+from tests.peers.cilium.build import build_peer, find_peer
 
 FIXTURE = "control_plane"
 BINARIES_FIXTURE = "control_plane_binaries"
-PLANE_FIXTURES = (FIXTURE, "own_control_plane", BINARIES_FIXTURE)
+PLANE_FIXTURES = (FIXTURE, "own_control_plane", "dual_stack_control_plane", BINARIES_FIXTURE)
 HELM_FIXTURE = "helm"
+PEER_FIXTURE = "cilium_nodeipam"
 REQUIRE_ENV = "NODE_IPAM_REQUIRE_CONTROL_PLANE"
 NO_GO = "go not found; run python -m tests.controlplane build"
 _BUILD_ERROR = pytest.StashKey[str]()
 _HELM_BUILD_ERROR = pytest.StashKey[str]()
+_PEER_BUILD_ERROR = pytest.StashKey[str]()
 
 
 def _uses_control_plane(item: pytest.Item) -> bool:
@@ -50,10 +54,15 @@ def _uses_helm(item: pytest.Item) -> bool:
     return HELM_FIXTURE in getattr(item, "fixturenames", ())
 
 
+def _uses_peer(item: pytest.Item) -> bool:
+    return PEER_FIXTURE in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that uses a control plane or the Go-built helm ``controlplane``."""
+    """Mark every test that uses a control plane, the Go-built helm or the Cilium peer
+    ``controlplane``."""
     for item in items:
-        if _uses_control_plane(item) or _uses_helm(item):
+        if _uses_control_plane(item) or _uses_helm(item) or _uses_peer(item):
             item.add_marker(pytest.mark.controlplane)
 
 
@@ -61,6 +70,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the binaries before any test runs, if a selected test needs them."""
     plane = any(_uses_control_plane(item) for item in session.items)
     helm = any(_uses_helm(item) for item in session.items)
+    peer = any(_uses_peer(item) for item in session.items)
     if find_go() is None:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -79,6 +89,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             build_helm(progress=progress, interval=60)
         except ControlPlaneUnavailable as err:
             session.config.stash[_HELM_BUILD_ERROR] = str(err)
+    if peer and find_peer() is None:
+        try:
+            build_peer(progress=progress, interval=60)
+        except ControlPlaneUnavailable as err:
+            session.config.stash[_PEER_BUILD_ERROR] = str(err)
 
 
 def _unavailable(reason: str) -> None:
@@ -134,21 +149,48 @@ def own_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
         yield plane
 
 
-@pytest.fixture(scope="session")
-def helm(request: pytest.FixtureRequest) -> Path:
-    """Path of the ``helm`` binary built from the pinned module (``go/helm/``); skips (or
-    fails under ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1``) when it is not cached and cannot
-    be built."""
-    found = find_helm()
+def _tool(
+    request: pytest.FixtureRequest,
+    find: Callable[[], Path | None],
+    build_it: Callable[..., Path],
+    error_key: pytest.StashKey[str],
+) -> Path:
+    """A Go-built tool's cached binary, built here if the collection hook did not;
+    skips (or fails under ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1``) when unavailable."""
+    found = find()
     if found is not None:
         return found
-    error = request.config.stash.get(_HELM_BUILD_ERROR, None)
+    error = request.config.stash.get(error_key, None)
     if error is not None:
         _unavailable(error)
     if find_go() is None:
         _unavailable(NO_GO)
     try:
-        return build_helm(interval=60)
+        return build_it(interval=60)
     except ControlPlaneUnavailable as err:
         _unavailable(str(err))
     raise AssertionError("unreachable")  # _unavailable always raises
+
+
+@pytest.fixture(scope="module")
+def dual_stack_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """Like ``own_control_plane``, with IPv4 and IPv6 Service CIDRs
+    (``ControlPlane(dual_stack=True)``), so every ``ipFamilies``/``ipFamilyPolicy``
+    combination can be created."""
+    with ControlPlane(_binaries(request), dual_stack=True) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def helm(request: pytest.FixtureRequest) -> Path:
+    """Path of the ``helm`` binary built from the pinned module (``go/helm/``); skips (or
+    fails under ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1``) when it is not cached and cannot
+    be built."""
+    return _tool(request, find_helm, build_helm, _HELM_BUILD_ERROR)
+
+
+@pytest.fixture(scope="session")
+def cilium_nodeipam(request: pytest.FixtureRequest) -> Path:
+    """Path of the Cilium peer's binary (``tests/peers/cilium/go``, Cilium's
+    ``operator/pkg/nodeipam`` controller); skips or fails like ``helm``."""
+    return _tool(request, find_peer, build_peer, _PEER_BUILD_ERROR)
