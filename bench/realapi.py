@@ -43,10 +43,10 @@ import httpx
 
 from bench.cluster import service_key
 from bench.procs import HttpApi, cpu_seconds, memory_mb
-from tests.controlplane.plane import ControlPlane
+from tests.controlplane.plane import DUAL_STACK_SERVICE_CLUSTER_IP_RANGE, ControlPlane
 
 Obj = dict[str, Any]
-SERVICE_CIDRS = "10.96.0.0/16,fd00:96::/108"
+SERVICE_CIDRS = DUAL_STACK_SERVICE_CLUSTER_IP_RANGE  # ControlPlane(dual_stack=True)
 """Dual-stack Service CIDRs: a third of the synthetic Services are ``RequireDualStack``."""
 SEED_PARALLEL = 16
 """Concurrent creates while seeding (one pooled client, one connection each)."""
@@ -223,7 +223,7 @@ def start_realapi(
         RuntimeError: a create failed.
     """
     started = time.perf_counter()
-    plane = ControlPlane(extra_apiserver_args=[f"--service-cluster-ip-range={SERVICE_CIDRS}"])
+    plane = ControlPlane(dual_stack=True)
     plane.start()
     try:
         api = RealApi(plane)

@@ -26,29 +26,25 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    """Build or find the binaries (kube-apiserver, etcd, then helm, then prometheus and
-    promtool); print their paths and versions."""
+    """Build or find the binaries (kube-apiserver, etcd, helm, prometheus and promtool,
+    then the Cilium peer of tests/peers/cilium); print their paths and versions."""
+    from tests.peers.cilium import build as cilium  # the differential tests' peer
+
     try:
         binaries = builder.build(interval=args.interval)
-    except builder.ControlPlaneUnavailable as err:
-        print(f"controlplane: {err}", file=sys.stderr)
-        return 2
-    print(f"cache: {binaries.directory}")
-    for path in (binaries.kube_apiserver, binaries.etcd):
-        print(f"{path}: {builder.binary_version(path)}")
-    try:
+        print(f"cache: {binaries.directory}")
+        for path in (binaries.kube_apiserver, binaries.etcd):
+            print(f"{path}: {builder.binary_version(path)}")
         helm = builder.build_helm(interval=args.interval)
-    except builder.ControlPlaneUnavailable as err:
-        print(f"controlplane: {err}", file=sys.stderr)
-        return 2
-    print(f"{helm}: {builder.binary_version(helm, 'version', '--short')}")
-    try:
+        print(f"{helm}: {builder.binary_version(helm, 'version', '--short')}")
         prometheus = builder.build_prometheus(interval=args.interval)
+        for path in (prometheus.prometheus, prometheus.promtool):
+            print(f"{path}: {builder.binary_version(path, '--version')}")
+        peer = cilium.build_peer(interval=args.interval)
+        print(f"{peer}: {builder.binary_version(peer)}")
     except builder.ControlPlaneUnavailable as err:
         print(f"controlplane: {err}", file=sys.stderr)
         return 2
-    for path in (prometheus.prometheus, prometheus.promtool):
-        print(f"{path}: {builder.binary_version(path, '--version')}")
     return 0
 
 
@@ -101,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="python -m tests.controlplane", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_build = sub.add_parser("build", help="build (or find cached) kube-apiserver, etcd and helm")
+    p_build = sub.add_parser(
+        "build", help="build (or find cached) kube-apiserver, etcd, helm and the Cilium peer"
+    )
     p_build.add_argument(
         "--interval", type=float, default=15.0, help="seconds between progress lines"
     )

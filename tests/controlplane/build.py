@@ -166,25 +166,38 @@ def cache_dir() -> Path:
     return cache_root() / cache_key()
 
 
-def helm_cache_key() -> str:
-    """``helm-<version>-<hash>``: its own key (a helm bump does not rebuild the control
-    plane, nor the other way round); the hash covers the helm module's go.mod and go.sum
-    and the build recipe."""
+def tool_cache_key(
+    name: str, version: str, module: Path, files: tuple[str, ...] = ("go.mod", "go.sum")
+) -> str:
+    """``<name>-<version>-<hash>``: the cache key of one tool built from its own Go module
+    (helm, the Cilium peer), so bumping it rebuilds neither the control plane nor another
+    tool; the hash covers ``files`` of ``module`` (a main.go of ours too, where there is
+    one) and the build recipe."""
     digest = hashlib.sha256(f"recipe={RECIPE} {GO_BUILD_FLAGS} {BASE_LDFLAGS}\n".encode())
-    for name in ("go.mod", "go.sum"):
-        digest.update(f"helm/{name}\n".encode())
-        digest.update((HELM_MODULE / name).read_bytes())
-    return f"helm-{helm_version()}-{digest.hexdigest()[:12]}"
+    for file in files:
+        digest.update(f"{module.name}/{file}\n".encode())
+        digest.update((module / file).read_bytes())
+    return f"{name}-{version}-{digest.hexdigest()[:12]}"
+
+
+def find_tool(key: str, binary: str) -> Path | None:
+    """``<cache>/<key>/<binary>`` when it is built, else ``None`` (a directory without its
+    ``build-info.json`` stamp does not count)."""
+    directory = cache_root() / key
+    path = directory / binary
+    if (directory / STAMP).is_file() and os.access(path, os.X_OK):
+        return path
+    return None
+
+
+def helm_cache_key() -> str:
+    """``helm-<version>-<hash>`` (:func:`tool_cache_key` of ``go/helm/``)."""
+    return tool_cache_key("helm", helm_version(), HELM_MODULE)
 
 
 def find_helm() -> Path | None:
-    """The cached ``helm`` binary for the pinned version, or ``None`` when it is not built
-    (a directory without its ``build-info.json`` stamp does not count)."""
-    directory = cache_root() / helm_cache_key()
-    helm = directory / "helm"
-    if (directory / STAMP).is_file() and os.access(helm, os.X_OK):
-        return helm
-    return None
+    """The cached ``helm`` binary for the pinned version, or ``None`` when it is not built."""
+    return find_tool(helm_cache_key(), "helm")
 
 
 def find_binaries() -> Binaries | None:
@@ -551,6 +564,48 @@ def build_prometheus(
         key=prometheus_cache_key(),
         find=find_prometheus,
         versions={"prometheus": version},
+        run=run,
+        progress=progress,
+    )
+
+
+def build_tool(
+    *,
+    name: str,
+    version: str,
+    key: str,
+    module: Path,
+    package: str,
+    ldflags: list[str],
+    progress: Progress = _stderr_progress,
+    interval: float = 15.0,
+) -> Path:
+    """Return the cached binary ``<cache>/<key>/<name>``, building ``package`` of Go
+    ``module`` into it first when it is missing (:func:`_build_tool`: same flags, locking,
+    staging and stamp as :func:`build`; full output in ``<cache>/<key>.build.log``).
+    ``version`` goes into the stamp and the progress lines.
+
+    Raises :class:`GoNotFound` or :class:`BuildFailed` as :func:`build` does.
+    """
+
+    def run(go: str, staging: Path, log: IO[str]) -> None:
+        _go_build(
+            go,
+            name=name,
+            module=module,
+            package=package,
+            output=staging / name,
+            ldflags=ldflags,
+            log=log,
+            progress=progress,
+            interval=interval,
+        )
+
+    return _build_tool(
+        label=f"{name} {version}",
+        key=key,
+        find=lambda: find_tool(key, name),
+        versions={name: version},
         run=run,
         progress=progress,
     )

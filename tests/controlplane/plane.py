@@ -37,6 +37,8 @@ from tests.controlplane.build import Binaries, build
 
 HOST = "127.0.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"  # configuration only; nothing routes to it
+# ``dual_stack=True``: IPv4 then IPv6, so every ipFamilies/ipFamilyPolicy can be created.
+DUAL_STACK_SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16,fd00:96::/108"
 KUBECONFIG_TEMPLATE = """apiVersion: v1
 kind: Config
 clusters:
@@ -257,8 +259,10 @@ class ControlPlane:
     """etcd + kube-apiserver on ``https://127.0.0.1:<port>``; use as a context manager.
 
     ``binaries`` defaults to :func:`tests.controlplane.build.build` (cached binaries, built
-    when missing). After :meth:`start`: ``url``, ``kubeconfig_path`` (admin, client
-    certificate in ``system:masters``, CA embedded), ``ca_pem``/``ca_path``, ``log_paths``.
+    when missing). ``dual_stack`` serves IPv4 and IPv6 Service CIDRs
+    (:data:`DUAL_STACK_SERVICE_CLUSTER_IP_RANGE`). After :meth:`start`: ``url``,
+    ``kubeconfig_path`` (admin, client certificate in ``system:masters``, CA embedded),
+    ``ca_pem``/``ca_path``, ``log_paths``.
     Start it from the main thread: the servers are tied to the starting thread's life.
     """
 
@@ -269,8 +273,12 @@ class ControlPlane:
         start_timeout: float = 90.0,
         keep: bool = False,
         extra_apiserver_args: Sequence[str] = (),
+        dual_stack: bool = False,
     ) -> None:
         self.binaries = binaries
+        self.service_cluster_ip_range = (
+            DUAL_STACK_SERVICE_CLUSTER_IP_RANGE if dual_stack else SERVICE_CLUSTER_IP_RANGE
+        )
         self.start_timeout = start_timeout
         self.keep = keep
         self.extra_apiserver_args = list(extra_apiserver_args)
@@ -418,7 +426,7 @@ class ControlPlane:
                 f"--service-account-issuer={url}",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
-                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                f"--service-cluster-ip-range={self.service_cluster_ip_range}",
                 "--allow-privileged=true",
                 "--profiling=false",
                 *self.extra_apiserver_args,

@@ -1,7 +1,8 @@
 """pytest plugin (registered in ``tests/conftest.py``): the session fixture ``control_plane``,
-the module fixture ``own_control_plane``, the session fixtures ``control_plane_binaries``
-(for a test that starts its own ``ControlPlane``), ``helm`` and ``prometheus`` (the server
-and promtool).
+the module fixtures ``own_control_plane`` and ``dual_stack_control_plane``, the session
+fixtures ``control_plane_binaries`` (for a test that starts its own ``ControlPlane``),
+``helm``, ``prometheus`` (the server and promtool) and ``cilium_nodeipam`` (the Cilium
+peer's binary, tests/peers/cilium).
 
 Tests that use one of them get the ``controlplane`` marker, so ``-m "not controlplane"``
 leaves the tier out. When such tests are collected and the binaries are not cached, they
@@ -32,17 +33,20 @@ from tests.controlplane.build import (
     find_prometheus,
 )
 from tests.controlplane.plane import ControlPlane
+from tests.peers.cilium.build import build_peer, find_peer
 
 FIXTURE = "control_plane"
 BINARIES_FIXTURE = "control_plane_binaries"
-PLANE_FIXTURES = (FIXTURE, "own_control_plane", BINARIES_FIXTURE)
+PLANE_FIXTURES = (FIXTURE, "own_control_plane", "dual_stack_control_plane", BINARIES_FIXTURE)
 HELM_FIXTURE = "helm"
 PROMETHEUS_FIXTURE = "prometheus"
+PEER_FIXTURE = "cilium_nodeipam"
 REQUIRE_ENV = "NODE_IPAM_REQUIRE_CONTROL_PLANE"
 NO_GO = "go not found; run python -m tests.controlplane build"
 _BUILD_ERROR = pytest.StashKey[str]()
 _HELM_BUILD_ERROR = pytest.StashKey[str]()
 _PROMETHEUS_BUILD_ERROR = pytest.StashKey[str]()
+_PEER_BUILD_ERROR = pytest.StashKey[str]()
 T = TypeVar("T")
 
 
@@ -62,10 +66,20 @@ def _uses_prometheus(item: pytest.Item) -> bool:
     return PROMETHEUS_FIXTURE in getattr(item, "fixturenames", ())
 
 
+def _uses_peer(item: pytest.Item) -> bool:
+    return PEER_FIXTURE in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that uses a control plane or a Go-built tool ``controlplane``."""
+    """Mark every test that uses a control plane or a Go-built tool (helm, Prometheus, the
+    Cilium peer) ``controlplane``."""
     for item in items:
-        if _uses_control_plane(item) or _uses_helm(item) or _uses_prometheus(item):
+        if (
+            _uses_control_plane(item)
+            or _uses_helm(item)
+            or _uses_prometheus(item)
+            or _uses_peer(item)
+        ):
             item.add_marker(pytest.mark.controlplane)
 
 
@@ -74,6 +88,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     plane = any(_uses_control_plane(item) for item in session.items)
     helm = any(_uses_helm(item) for item in session.items)
     prometheus = any(_uses_prometheus(item) for item in session.items)
+    peer = any(_uses_peer(item) for item in session.items)
     if find_go() is None:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -97,6 +112,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             build_prometheus(progress=progress, interval=60)
         except ControlPlaneUnavailable as err:
             session.config.stash[_PROMETHEUS_BUILD_ERROR] = str(err)
+    if peer and find_peer() is None:
+        try:
+            build_peer(progress=progress, interval=60)
+        except ControlPlaneUnavailable as err:
+            session.config.stash[_PEER_BUILD_ERROR] = str(err)
 
 
 def _unavailable(reason: str) -> None:
@@ -175,6 +195,15 @@ def _tool(
     raise AssertionError("unreachable")  # _unavailable always raises
 
 
+@pytest.fixture(scope="module")
+def dual_stack_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """Like ``own_control_plane``, with IPv4 and IPv6 Service CIDRs
+    (``ControlPlane(dual_stack=True)``), so every ``ipFamilies``/``ipFamilyPolicy``
+    combination can be created."""
+    with ControlPlane(_binaries(request), dual_stack=True) as plane:
+        yield plane
+
+
 @pytest.fixture(scope="session")
 def helm(request: pytest.FixtureRequest) -> Path:
     """Path of the ``helm`` binary built from the pinned module (``go/helm/``); skips (or
@@ -189,3 +218,10 @@ def prometheus(request: pytest.FixtureRequest) -> PrometheusBinaries:
     (``go/prometheus/``); skips (or fails under ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1``) when
     they are not cached and cannot be built."""
     return _tool(request, find_prometheus, build_prometheus, _PROMETHEUS_BUILD_ERROR)
+
+
+@pytest.fixture(scope="session")
+def cilium_nodeipam(request: pytest.FixtureRequest) -> Path:
+    """Path of the Cilium peer's binary (``tests/peers/cilium/go``, Cilium's
+    ``operator/pkg/nodeipam`` controller); skips or fails like ``helm``."""
+    return _tool(request, find_peer, build_peer, _PEER_BUILD_ERROR)

@@ -1,0 +1,1 @@
+"""Other implementations of node-ipam-lb's job, run here to compare with ours."""
