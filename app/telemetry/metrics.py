@@ -79,6 +79,7 @@ start (as controller-runtime initialises them) and a reconcile does not pay ``la
 lookup (~2% of a cold start's CPU with 11,000 reconciles)."""
 RECONCILE_SECONDS = RECONCILE_TIME.labels(CONTROLLER)
 """The one child of :data:`RECONCILE_TIME`."""
+RECONCILE_ERRORS.labels(CONTROLLER)  # at 0 from the start, as controller-runtime does
 WORKQUEUE_DEPTH = Gauge(
     "workqueue_depth", "Current depth of the workqueue.", ["name"], registry=REGISTRY
 )
@@ -110,6 +111,8 @@ STATUS_WRITES = Counter(
 )
 STATUS_WRITTEN = STATUS_WRITES.labels("success")
 """The ``success`` child of :data:`STATUS_WRITES` (one per status write), made once."""
+for _result in ("conflict", "error", "not_found"):
+    STATUS_WRITES.labels(_result)  # every result a series at 0 from the start
 EVENTS_EMITTED = Counter(
     "node_ipam_lb_events",
     "Events sent about Services, by reason and result (success: created, series: an"
@@ -123,6 +126,8 @@ EVENTS_DROPPED = Counter(
     ["cause"],
     registry=REGISTRY,
 )
+for _cause in ("queue_full", "spam", "shutdown"):
+    EVENTS_DROPPED.labels(_cause)  # every cause a series at 0 from the start (dashboard, alert)
 CERTIFICATE_EXPIRY = Gauge(
     "node_ipam_lb_serving_certificate_expiry_timestamp_seconds",
     "notAfter of the serving certificate this replica serves, in Unix seconds.",
@@ -145,9 +150,15 @@ WEBHOOK_LATENCY = Histogram(
     "controller_runtime_webhook_latency_seconds",
     "Time to answer an admission request, by webhook path and verdict, in seconds.",
     ["webhook", "verdict"],
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+    buckets=(
+        *(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+        *(1.5, 2.0, 2.5, 3.0, 5.0, 10.0),
+    ),
     registry=REGISTRY,
 )
+"""Buckets up to 10 s (the body deadline, docs/design.md §7.1) with 2.0, 2.5 and 3.0 around
+the review deadline and the webhooks' ``timeoutSeconds`` (3 s), so a p99 near the timeout
+(the NodeIPAMLBWebhookSlow alert) is measured rather than clipped at the last bucket."""
 
 
 def observe_webhook(*, path: str, verdict: str, seconds: float) -> None:

@@ -36,6 +36,7 @@ EQUIVALENTS: dict[str, dict[str, Any]] = {
     "deploy/overlays/default-nodeipam": {"settings": {"default-lb-service-ipam": "nodeipam"}},
     "deploy/overlays/precreated-secret": {"certificates": {"precreateSecret": True}},
     "deploy/overlays/network-policy": {"networkPolicy": {"enabled": True}},
+    "deploy/overlays/prometheus-rule": {"prometheusRule": {"enabled": True}},
 }
 """Each kustomization an operator may apply, and the chart values that install the same."""
 
@@ -54,6 +55,10 @@ MATRIX: dict[str, dict[str, Any]] = {
         }
     },
     "service-monitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    "monitoring": {
+        "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
+        "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "Network"}},
+    },
     "replicas-1": {"replicas": 1, "podDisruptionBudget": {"enabled": False}},
     "replicas-3": {"replicas": 3, "podDisruptionBudget": {"minAvailable": 2}},
     "custom-image": {
@@ -173,6 +178,24 @@ def test_service_monitor_scrapes_metrics_over_https_on_our_service(helm: Path) -
     assert endpoint["tlsConfig"]["serverName"] == "node-ipam-lb-webhook.node-ipam-lb.svc"
     reader = find(objects, "ClusterRole", "node-ipam-lb-metrics-reader")
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
+def test_monitoring_ships_the_rule_file_and_the_dashboard_as_they_are(helm: Path) -> None:
+    import json
+
+    objects = template(helm, MATRIX["monitoring"])
+    rule = find(objects, "PrometheusRule", "node-ipam-lb")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    rules = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    assert rule["spec"] == rules  # Prometheus templates ({{ $labels.reason }}) intact
+    board = find(objects, "ConfigMap", "node-ipam-lb-dashboard")
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert board["metadata"]["annotations"] == {"grafana_folder": "Network"}
+    shipped = json.loads(board["data"]["node-ipam-lb.json"])
+    assert shipped == json.loads((CHART / "files" / "dashboard.json").read_text())
+    kinds = {o["kind"] for o in template(helm, {})}
+    assert not kinds & {"PrometheusRule", "ConfigMap"}  # both off by default
 
 
 def test_existing_secret_mode_mounts_the_secret_and_sets_the_ca_bundle(helm: Path) -> None:
