@@ -35,6 +35,12 @@ from app.telemetry.logs import log_event
 
 LOG = logging.getLogger("node_ipam_lb.controller")
 
+RETRY_AFTER_RETRIES = 10
+"""Retries of one reconcile whose write was answered with ``Retry-After`` (client-go
+``rest.Request`` ``maxRetries``)."""
+RETRY_AFTER_MAX_SECONDS = 60.0
+"""Longest single wait on a ``Retry-After`` (API Priority and Fairness sends at most 60)."""
+
 
 class Controller:
     """The reconciler process part: ``start``/``stop``, ``ready``,
@@ -303,11 +309,32 @@ class Controller:
             finally:
                 self.queue.done(key)
 
+    def _reconcile(self, key: str) -> float | None:
+        """``reconciler.reconcile(key)``; a failure carrying ``Retry-After`` (a 429 from API
+        Priority and Fairness, a 5xx) is retried in this worker after that many seconds
+        (at most :data:`RETRY_AFTER_MAX_SECONDS` each), up to :data:`RETRY_AFTER_RETRIES`
+        times, as client-go's ``rest.Request`` does (``maxRetries`` 10): the worker waits,
+        so a throttled controller slows down instead of moving on to the next key, and
+        the key's own backoff does not grow with every rejection."""
+        for attempt in range(RETRY_AFTER_RETRIES + 1):
+            try:
+                return self.reconciler.reconcile(key)
+            except ApiError as err:
+                if (
+                    err.retry_after is None
+                    or attempt == RETRY_AFTER_RETRIES
+                    or self._stopping.is_set()
+                    or not self.is_leader()
+                ):
+                    raise
+                self._stopping.wait(min(err.retry_after, RETRY_AFTER_MAX_SECONDS))
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
     def _process(self, key: str) -> None:
         start = time.perf_counter()
         result = "success"
         try:
-            delay = self.reconciler.reconcile(key)
+            delay = self._reconcile(key)
             self.queue.forget(key)
             if delay is not None:
                 result = "requeue_after"

@@ -14,6 +14,7 @@ import pytest
 
 from app.controller.cache import ClusterCache
 from app.controller.manager import Controller
+from app.telemetry import metrics
 from tests.controller.memory_api import MemoryAPI
 from tests.controller.support import (
     EXCLUDE,
@@ -130,12 +131,17 @@ def test_a_429_is_retried_no_sooner_than_its_retry_after(
     memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
     memory_api.apply("services", service("web"))
     memory_api.fail("patch services/status", 429, 429, retry_after=0.4)
+    errors = metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER)
+    failed_before = errors._value.get()
     start(leader_elect=False)
     wait_until(converged(memory_api, "default/web", ["10.0.0.1"]), what="converged after 429s")
     times = memory_api.call_times["patch services/status"]
     assert len(times) == 3, "one retry per 429, no storm"
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     assert min(gaps) >= 0.4, gaps
+    # The worker waited and retried (client-go rest.Request): no failed reconcile, so the
+    # key's backoff did not grow and the worker did not move on to hammer other keys.
+    assert errors._value.get() == failed_before
 
 
 def test_only_the_leader_writes_and_a_standby_takes_over(

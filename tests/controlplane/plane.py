@@ -60,6 +60,43 @@ current-context: controlplane
 """
 
 
+COMPACT_REV_KEY = b"compact_rev_key"
+"""The etcd key kube-apiserver keeps its last compaction revision under (storage/etcd3)."""
+AUDIT_CONTROLLERS = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Request
+    userGroups: ["system:serviceaccounts"]
+    verbs: [create, update, patch]
+    resources:
+      - group: ""
+        resources: ["services/status"]
+      - group: coordination.k8s.io
+        resources: [leases]
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+"""
+"""An audit policy (``ControlPlane(audit_policy=...)``) recording every request of every
+ServiceAccount, with the request body of status writes and Lease writes (who wrote what
+when, and who held the Lease then); nothing of ``system:masters`` or the server itself."""
+THROTTLE_ARGS = ("--max-requests-inflight=1", "--max-mutating-requests-inflight=1")
+"""kube-apiserver flags for a server concurrency limit of 2 seats: with APF every priority
+level then gets one seat (``ceil``), so :meth:`ControlPlane.throttle` rejects a user's
+second concurrent request. ``system:masters`` (the admin kubeconfig) is exempt."""
+DEFAULT_THROTTLED: tuple[tuple[str, str], ...] = (
+    ("", "nodes"),
+    ("", "services"),
+    ("", "services/status"),
+    ("", "events"),
+    ("discovery.k8s.io", "endpointslices"),
+    ("events.k8s.io", "events"),
+)
+"""What :meth:`ControlPlane.throttle` limits by default: a controller's lists, watches,
+status writes and Events, not its Lease (leader election stays on its usual level)."""
+
+
 class ControlPlaneStartError(RuntimeError):
     """etcd or kube-apiserver exited or never became ready; the message has its log tail."""
 
@@ -214,8 +251,9 @@ class _Server:
         self.name, self.args, self.log_path = name, args, log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        with open(self.log_path, "wb") as log:  # a retry starts a fresh log
+    def start(self, *, append: bool = False) -> None:
+        """Start the process; ``append`` keeps the log of an earlier run (a restart)."""
+        with open(self.log_path, "ab" if append else "wb") as log:  # a retry starts afresh
             self.proc = subprocess.Popen(
                 self.args,
                 stdin=subprocess.DEVNULL,
@@ -239,11 +277,12 @@ class _Server:
             f"{self.name} exited with status {code} during start-up; log {self.log_path}:\n{tail}"
         )
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self, timeout: float = 15.0, *, kill: bool = False) -> None:
+        """SIGTERM (``kill``: SIGKILL) and wait up to ``timeout`` s, then SIGKILL."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -274,11 +313,14 @@ class ControlPlane:
         keep: bool = False,
         extra_apiserver_args: Sequence[str] = (),
         dual_stack: bool = False,
+        audit_policy: str | None = None,
     ) -> None:
         self.binaries = binaries
         self.service_cluster_ip_range = (
             DUAL_STACK_SERVICE_CLUSTER_IP_RANGE if dual_stack else SERVICE_CLUSTER_IP_RANGE
         )
+        self.audit_policy = audit_policy
+        self.audit_log_path: Path | None = None
         self.start_timeout = start_timeout
         self.keep = keep
         self.extra_apiserver_args = list(extra_apiserver_args)
@@ -288,6 +330,7 @@ class ControlPlane:
         self.ca_path = Path()
         self.ca_pem = b""
         self.log_paths: dict[str, Path] = {}
+        self.etcd_url = ""  # http://127.0.0.1:<port>, etcd's client URL (its v3 JSON gateway)
         self._ca: _Authority | None = None
         self._servers: list[_Server] = []
         self._tmp: str | None = None
@@ -352,6 +395,236 @@ class ControlPlane:
             if server.proc is not None and server.proc.poll() is None
         }
 
+    # -- audit ---------------------------------------------------------------------------
+    def _audit_args(self) -> list[str]:
+        if self.audit_policy is None:
+            return []
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(self.audit_policy)
+        self.audit_log_path = self.workdir / "audit.log"
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log_path}",
+            "--audit-log-mode=blocking",  # each event written before the answer goes out
+            "--audit-log-maxbackup=0",
+        ]
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The ``audit.k8s.io/v1`` Events written so far (``audit_policy`` given at
+        construction; see :data:`AUDIT_CONTROLLERS`), oldest first; ``[]`` without."""
+        if self.audit_log_path is None or not self.audit_log_path.exists():
+            return []
+        events = []
+        for line in self.audit_log_path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):  # a line cut by a SIGKILL
+                events.append(json.loads(line))
+        return events
+
+    # -- faults (tests/controlplane/README.md, "Faults") --------------------------------
+    def _server(self, name: str) -> _Server:
+        for server in self._servers:
+            if server.name == name:
+                return server
+        raise RuntimeError(f"{name} is not part of this control plane (not started?)")
+
+    def stop_apiserver(self, *, kill: bool = False) -> None:
+        """Stop kube-apiserver alone (etcd keeps running): SIGTERM and wait for its exit
+        (an orderly shutdown: open watches are closed, ~1 s), or ``kill``: SIGKILL, no
+        clean-up at all. Start it again with :meth:`start_apiserver`."""
+        self._server("kube-apiserver").stop(kill=kill)
+
+    def start_apiserver(self) -> float:
+        """Start kube-apiserver again with exactly its first arguments: the same etcd, the
+        same ``https://127.0.0.1:<port>``, PKI, service-account keys and flags, so every
+        kubeconfig and token written before still works. Its log is appended to. Returns
+        the seconds until ``/readyz`` answered 200; raises :class:`ControlPlaneStartError`
+        if it exits or is not ready within ``start_timeout``. Call it from the main thread
+        (the servers die with the thread that started them, ``PR_SET_PDEATHSIG``)."""
+        apiserver = self._server("kube-apiserver")
+        if apiserver.exited() is None and apiserver.proc is not None:
+            raise RuntimeError("kube-apiserver is running; stop_apiserver() first")
+        started = time.monotonic()
+        apiserver.start(append=True)
+        pki = self.workdir / "pki"
+        context = self._ssl_context(pki / "admin.crt", pki / "admin.key")
+        port = int(self.url.rsplit(":", 1)[1])
+        self._wait(
+            apiserver,
+            started + self.start_timeout,
+            lambda: _http_ok(HOST, port, "/readyz", context=context),
+        )
+        return time.monotonic() - started
+
+    def restart_apiserver(self, kill: bool = False, *, downtime: float = 0.0) -> float:
+        """:meth:`stop_apiserver` (``kill``: SIGKILL, else SIGTERM), ``downtime`` seconds
+        with no API server, then :meth:`start_apiserver`; returns the seconds from the
+        start until ``/readyz``. A restart drops every watch and the watch cache: clients
+        come back with resourceVersions the new cache may not hold (410 Gone)."""
+        self.stop_apiserver(kill=kill)
+        if downtime > 0:
+            time.sleep(downtime)
+        return self.start_apiserver()
+
+    def restart_etcd(self, *, kill: bool = False, downtime: float = 0.0) -> float:
+        """Stop etcd (SIGTERM, or ``kill``: SIGKILL), wait ``downtime`` seconds, start it
+        again on the same data directory and URLs (nothing is lost: data survives, only
+        ``--unsafe-no-fsync`` writes not yet flushed could, and a SIGKILL of a process
+        leaves the page cache intact). kube-apiserver keeps running and reconnects;
+        returns the seconds from etcd's start until kube-apiserver's ``/readyz`` is 200
+        again. Main thread only, like :meth:`start_apiserver`."""
+        etcd = self._server("etcd")
+        etcd.stop(kill=kill)
+        if downtime > 0:
+            time.sleep(downtime)
+        started = time.monotonic()
+        deadline = started + self.start_timeout
+        etcd.start(append=True)
+        port = int(self.etcd_url.rsplit(":", 1)[1])
+        self._wait(etcd, deadline, lambda: _http_ok(HOST, port, "/health"))
+        pki = self.workdir / "pki"
+        context = self._ssl_context(pki / "admin.crt", pki / "admin.key")
+        api_port = int(self.url.rsplit(":", 1)[1])
+        self._wait(
+            self._server("kube-apiserver"),
+            deadline,
+            lambda: _http_ok(HOST, api_port, "/readyz", context=context),
+        )
+        return time.monotonic() - started
+
+    def etcd(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to etcd's v3 JSON gateway (``/v3/kv/range``, ``/v3/kv/put``,
+        ``/v3/kv/compaction``, ``/v3/maintenance/defragment``, …; bytes fields are
+        base64, int64 fields decimal strings) on its client URL; returns the decoded
+        answer. Raises ``RuntimeError`` with etcd's message on a non-200 answer (e.g.
+        "mvcc: required revision has been compacted")."""
+        port = int(self.etcd_url.rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection(HOST, port, timeout=30)
+        try:
+            conn.request(
+                "POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"}
+            )
+            response = conn.getresponse()
+            raw = response.read().decode()
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise RuntimeError(f"etcd {path}: {response.status} {raw[:300]}")
+        answer: dict[str, Any] = json.loads(raw)
+        return answer
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (the header of a range read; the resourceVersion the
+        next write gets is one more)."""
+        answer = self.etcd("/v3/kv/range", {"key": _b64(COMPACT_REV_KEY)})
+        return int(answer["header"]["revision"])
+
+    def compact_etcd(self, *, defragment: bool = True) -> int:
+        """Compact etcd to its current revision, as kube-apiserver's own compactor does
+        every ``--etcd-compaction-interval`` (5 min; apiserver storage/etcd3/compact.go):
+        first ``compact_rev_key`` is set to the revision (kube-apiserver watches that key:
+        its watch cache then drops List snapshots older than it within ~15 s, so a
+        continue token of a List that started before answers ``410 Expired``), then
+        ``/v3/kv/compaction`` (physical), then ``/v3/maintenance/defragment`` unless
+        ``defragment`` is false. Every resourceVersion older than the returned revision is
+        gone in etcd: a watch or a paginated List served from etcd (``--watch-cache=false``,
+        or a continue token) from before it gets ``410 Gone``. Returns the revision."""
+        key = _b64(COMPACT_REV_KEY)
+        for _ in range(10):  # another write may land between the read and the put
+            revision = self.etcd_revision() + 1  # what the put below will be
+            put = self.etcd("/v3/kv/put", {"key": key, "value": _b64(str(revision).encode())})
+            if int(put["header"]["revision"]) == revision:
+                break
+        else:
+            revision = int(put["header"]["revision"])
+        self.etcd("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        if defragment:
+            self.etcd("/v3/maintenance/defragment", {})
+        return revision
+
+    def throttle(
+        self,
+        user: str,
+        *,
+        name: str = "test-throttle",
+        resources: Sequence[tuple[str, str]] = DEFAULT_THROTTLED,
+        shares: int = 1,
+    ) -> None:
+        """API Priority and Fairness for ``user`` (e.g.
+        ``system:serviceaccount:node-ipam-lb:node-ipam-lb``): a PriorityLevelConfiguration
+        ``name`` with ``nominalConcurrencyShares: shares``, no lending or borrowing and
+        ``limitResponse: Reject``, and a FlowSchema ``name`` (matchingPrecedence 100, before
+        every default one but the exempt) sending that user's requests for ``resources``
+        (``(apiGroup, resource)``, ``"*"`` for all; subresources as ``services/status``)
+        there. A request beyond the level's seats is answered at once ``429`` with
+        ``Retry-After`` (1 s, doubling up to 60 s while drops keep coming: apiserver
+        flowcontrol/dropped_requests_tracker.go). Seats: ``ceil(server limit x shares /
+        sum of all levels' shares)``, the server limit being ``--max-requests-inflight`` +
+        ``--max-mutating-requests-inflight`` (400 + 200): start the plane with
+        ``extra_apiserver_args=THROTTLE_ARGS`` for one seat. Takes effect within ~1 s
+        (the APF controller's informer); :meth:`unthrottle` removes both."""
+        version = "flowcontrol.apiserver.k8s.io/v1"
+        level = {
+            "apiVersion": version,
+            "kind": "PriorityLevelConfiguration",
+            "metadata": {"name": name},
+            "spec": {
+                "type": "Limited",
+                "limited": {
+                    "nominalConcurrencyShares": shares,
+                    "lendablePercent": 0,
+                    "borrowingLimitPercent": 0,
+                    "limitResponse": {"type": "Reject"},
+                },
+            },
+        }
+        groups: dict[str, list[str]] = {}
+        for group, resource in resources:
+            groups.setdefault(group, []).append(resource)
+        schema = {
+            "apiVersion": version,
+            "kind": "FlowSchema",
+            "metadata": {"name": name},
+            "spec": {
+                "priorityLevelConfiguration": {"name": name},
+                "matchingPrecedence": 100,
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": [
+                    {
+                        "subjects": [{"kind": "User", "user": {"name": user}}],
+                        "resourceRules": [
+                            {
+                                "verbs": ["*"],
+                                "apiGroups": [group],
+                                "resources": names,
+                                "clusterScope": True,
+                                "namespaces": ["*"],
+                            }
+                            for group, names in sorted(groups.items())
+                        ],
+                    }
+                ],
+            },
+        }
+        base = f"/apis/{version}"
+        for plural, body in (("prioritylevelconfigurations", level), ("flowschemas", schema)):
+            status, answer = self.request("POST", f"{base}/{plural}", body)
+            if status == 409:
+                status, answer = self.request(
+                    "PUT",
+                    f"{base}/{plural}/{name}",
+                    _latest(self.request("GET", f"{base}/{plural}/{name}")[1], body),
+                )
+            if status not in (200, 201):
+                raise RuntimeError(f"throttle: {plural}/{name}: {status} {answer}")
+
+    def unthrottle(self, name: str = "test-throttle") -> None:
+        """Delete the FlowSchema and PriorityLevelConfiguration of :meth:`throttle`."""
+        base = "/apis/flowcontrol.apiserver.k8s.io/v1"
+        for plural in ("flowschemas", "prioritylevelconfigurations"):
+            status, answer = self.request("DELETE", f"{base}/{plural}/{name}")
+            if status not in (200, 404):
+                raise RuntimeError(f"unthrottle: {plural}/{name}: {status} {answer}")
+
     # -- set-up steps --------------------------------------------------------------------
     def _write_pki(self) -> None:
         pki = self.workdir / "pki"
@@ -408,6 +681,7 @@ class ControlPlane:
         self._servers.append(etcd)
         etcd.start()
         self._wait(etcd, deadline, lambda: _http_ok(HOST, client_port, "/health"))
+        self.etcd_url = etcd_url
 
         url = f"https://{HOST}:{secure_port}"
         apiserver = _Server(
@@ -429,6 +703,7 @@ class ControlPlane:
                 f"--service-cluster-ip-range={self.service_cluster_ip_range}",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *self._audit_args(),
                 *self.extra_apiserver_args,
             ],
             self.workdir / "kube-apiserver.log",
@@ -615,6 +890,14 @@ class ControlPlane:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def _latest(current: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with ``current``'s resourceVersion, for a PUT over an existing object."""
+    version = (
+        current.get("metadata", {}).get("resourceVersion") if isinstance(current, dict) else None
+    )
+    return {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
 
 
 def _http_ok(host: str, port: int, path: str, *, context: ssl.SSLContext | None = None) -> bool:

@@ -100,6 +100,13 @@ def start_serve(
         str(ca),
         "--leader-election-namespace",
         NAMESPACE,
+        # The health-probe listener defaults to :8081: a second replica (or another test
+        # run's serve) would exit with "cannot listen". Tests probe /readyz on --port.
+        *(
+            ()
+            if any(a.startswith("--health-probe-bind-address") for a in extra)
+            else ("--health-probe-bind-address", "0")
+        ),
         *extra,
     ]
     with log.open("wb") as out:

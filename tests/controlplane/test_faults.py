@@ -1,0 +1,316 @@
+"""Faults on the real control plane (issue 22): kube-apiserver SIGKILLed mid cold start,
+etcd compaction between the pages of a List, API Priority and Fairness throttling, a
+webhook SIGSTOPped during ``kubectl apply``; and the fault hooks themselves.
+
+One audited control plane for the module (``AUDIT_CONTROLLERS``: the API server's audit
+log says who wrote which status when, and who held the Lease then). Each scenario makes a
+fresh world (namespace, Nodes, Services, EndpointSlices) and two ``serve`` replicas with
+leader election, changes Nodes, Services and EndpointSlices while the fault happens, and
+checks: nothing lost (every managed Service's status equals ``preview`` on a dump of the
+cluster), no status write to an unmanaged Service, none by a replica not holding the
+Lease, none that repeats the previous one. ``python -m bench.bench_faults`` runs these and
+the slow ones (a 20 s outage, etcd restart, idle-watch compaction, certificate loss) and
+prints the figures.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app import demo
+from app.controller.cache import ClusterCache
+from app.controller.informer import Informer
+from app.core.views import node_view
+from app.kube.client import ApiError, Kind, KubernetesAPI
+from tests.controlplane import faults
+from tests.controlplane.build import Binaries
+from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
+from tests.controlplane.serving import wait_for
+
+pytestmark = pytest.mark.controlplane
+
+CONTINUE_EXPIRED = "The provided continue parameter is too old to display a consistent list"
+
+
+@pytest.fixture(scope="module")
+def plane(control_plane_binaries: Binaries) -> Iterator[ControlPlane]:
+    with ControlPlane(control_plane_binaries, audit_policy=AUDIT_CONTROLLERS) as plane:
+        yield plane
+
+
+def _clean(result: dict[str, Any], *, warming_until: float = 0.0) -> None:
+    """The invariants every scenario keeps. ``warming_until``: seconds into the world
+    until which a 403 is the restarted API server's (it serves before its RBAC caches
+    are synced and before ``/readyz``), not a gap in deploy/'s roles."""
+    details = json.dumps(result["details"], indent=1)
+    assert result["lost"] == 0, details
+    assert result["unmanaged"] == 0, details
+    assert result["not_leader"] == 0, details
+    assert result["double"] == 0, details
+    late = [at for at in result["details"]["refused_at"] if at > warming_until]
+    assert not late, details
+    assert result["changes"] > 0
+
+
+# -- the hooks -----------------------------------------------------------------------------
+
+
+def test_apiserver_restart_keeps_address_data_and_credentials(plane: ControlPlane) -> None:
+    plane.kubectl("create", "namespace", "hooks")
+    plane.kubectl("create", "serviceaccount", "hooks", "-n", "hooks")
+    token = plane.token_for("hooks", "hooks")
+    url = plane.url
+    pid = plane.pids()["kube-apiserver"]
+    took = plane.restart_apiserver(kill=True)
+    assert plane.url == url and plane.pids()["kube-apiserver"] != pid
+    assert took > 0
+    assert plane.kubectl("get", "namespace", "hooks").returncode == 0  # etcd kept
+    status, body = plane.request("GET", "/api/v1/namespaces/hooks", token=token)
+    assert status == 403, body  # authenticated (same signing key), not authorized
+    assert "system:serviceaccount:hooks:hooks" in body["message"]
+
+
+def test_compaction_expires_old_revisions_and_a_continue_token(plane: ControlPlane) -> None:
+    """The real 410 of a List continued after compaction; the fake answers the same
+    (tests/fakeapi/watch.py)."""
+    for i in range(3):
+        plane.kubectl("create", "namespace", f"compact-{i}")
+    status, page = plane.request("GET", "/api/v1/namespaces?limit=1")
+    assert status == 200
+    token = page["metadata"]["continue"]
+    old = plane.etcd_revision()
+    revision = plane.compact_etcd()
+    assert revision > old
+    with pytest.raises(RuntimeError, match="required revision has been compacted"):
+        plane.etcd("/v3/kv/range", {"key": base64.b64encode(b"a").decode(), "revision": old})
+    # The watch cache drops its List snapshots once its compactor polls (<= 15 s).
+    answer: dict[str, Any] = {}
+
+    def expired() -> bool:
+        code, body = plane.request("GET", f"/api/v1/namespaces?limit=1&continue={token}")
+        answer.update(code=code, body=body)
+        return code == 410
+
+    wait_for(expired, "the continue token expires", timeout=30)
+    body = answer["body"]
+    assert (body["reason"], body["code"]) == ("Expired", 410)
+    assert body["message"].startswith(CONTINUE_EXPIRED)
+
+
+def test_apf_rejects_with_retry_after(plane: ControlPlane) -> None:
+    """What API Priority and Fairness answers beyond a level's seats: 429, plain text,
+    Retry-After (the fake's injected 429 is the same: test_faults.py in
+    tests/fakeapi_contract)."""
+    plane.kubectl("create", "namespace", "apf")
+    plane.kubectl("create", "serviceaccount", "apf", "-n", "apf")
+    token = plane.token_for("apf", "apf")
+    plane.throttle("system:serviceaccount:apf:apf", resources=[("", "nodes")], shares=0)
+    try:
+        answers: list[tuple[int, Any]] = []
+
+        def burst() -> bool:
+            threads = [
+                threading.Thread(
+                    target=lambda: answers.append(
+                        plane.request("GET", "/api/v1/nodes", token=token)
+                    )
+                )
+                for _ in range(24)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            return any(code == 429 for code, _ in answers)
+
+        wait_for(burst, "a 429 in a burst of concurrent requests", timeout=30)
+        rejected = [body for code, body in answers if code == 429]
+        assert rejected[0] == "Too many requests, please try again later.\n"
+    finally:
+        plane.unthrottle()
+
+
+# -- scenarios -------------------------------------------------------------------------------
+
+
+def test_apiserver_sigkill_mid_cold_start_back_after_2s(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
+    """SIGKILL at the first status write of a cold start, back 2 s later (plus its own
+    start-up): the replicas' watches break, the new server's watch cache does not know
+    their resourceVersions (410, re-list), the leader cannot renew; nothing lost."""
+    result = faults.run_scenario(
+        "apiserver SIGKILL, back after 2 s", plane, tmp_path, faults.apiserver_kill(2.0)
+    )
+    _clean(result, warming_until=result["ready_at_s"] + 1.0)
+    assert result["status_writes"] >= 40
+
+
+def test_throttled_cold_start_waits_for_retry_after(plane: ControlPlane, tmp_path: Path) -> None:
+    """A cold start of 80 Services with 16 workers while APF gives the controller three
+    seats and rejects the rest: 429s, each retried no sooner than its Retry-After (1 s),
+    every status right at the end."""
+    plane.throttle(faults.SA_USER)
+    try:
+        result = faults.run_scenario(
+            "APF throttling, cold start",
+            plane,
+            tmp_path,
+            faults.throttled,
+            services=80,
+            extra=("--workers=16",),
+        )
+    finally:
+        plane.unthrottle()
+    _clean(result)
+    assert result["codes"].get(429, 0) >= 1, result["codes"]
+    assert result["min_retry_gap_s"] is not None
+    assert result["min_retry_gap_s"] >= 0.95  # Retry-After: 1 (server clock, ms precision)
+
+
+class _PausingAPI:
+    """``KubernetesAPI`` whose first List stops after its first page: ``between(token)``
+    runs there (compaction), then the List goes on with the old continue token."""
+
+    def __init__(self, api: KubernetesAPI, between: Any) -> None:
+        self._api, self._between = api, between
+        self.paused = False
+        self.errors: list[ApiError] = []
+
+    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
+        try:
+            page = self._api.list_page(kind, limit=limit, continue_token=continue_token)
+        except ApiError as err:
+            self.errors.append(err)
+            raise
+        token = page.get("metadata", {}).get("continue")
+        if token and not self.paused:
+            self.paused = True
+            self._between(token)
+        return page
+
+    def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> Any:
+        return self._api.watch(
+            kind, resource_version=resource_version, timeout_seconds=timeout_seconds
+        )
+
+
+def test_a_list_compacted_between_pages_is_listed_again(plane: ControlPlane) -> None:
+    """The informer's initial List (pages of 2 Nodes) is held after page 1 while a Node
+    is created and etcd compacted: page 2 gets the real 410 Expired, the informer lists
+    again from the start, and its cache holds every Node, the new one included."""
+    run = uuid.uuid4().hex[:6]
+    names = [f"page-{run}-{i}" for i in range(5)]
+    for name in names:
+        plane.request("POST", "/api/v1/nodes", {"metadata": {"name": name}})
+    late = f"page-{run}-late"
+
+    def between(token: str) -> None:
+        plane.request("POST", "/api/v1/nodes", {"metadata": {"name": late}})
+        plane.compact_etcd()
+
+        def expired() -> bool:
+            code, _ = plane.request("GET", f"/api/v1/nodes?limit=2&continue={token}")
+            return code == 410
+
+        wait_for(expired, "the continue token expires", timeout=30)
+
+    with plane.api_client() as client:
+        api = _PausingAPI(KubernetesAPI(client), between)
+        cache = ClusterCache()
+        informer = Informer(
+            kind="nodes",
+            api=api,  # type: ignore[arg-type]
+            cache=cache,
+            to_view=node_view,
+            handler=lambda kind, changes: None,
+            page_size=2,
+        )
+        informer.start()
+        try:
+            wait_for(lambda: cache.kind_synced("nodes"), "the informer lists", timeout=60)
+            held = {view.name for view in cache.nodes()}
+        finally:
+            informer.stop()
+            informer.join(5)
+    for name in [*names, late]:
+        plane.request("DELETE", f"/api/v1/nodes/{name}")
+    assert [e.status for e in api.errors] == [410]
+    assert api.errors[0].reason.startswith(CONTINUE_EXPIRED)
+    assert informer.lists == 1  # the interrupted List never replaced the cache
+    assert {*names, late} <= held
+
+
+def test_a_stopped_webhook_times_out_is_ignored_and_the_reconciler_reports(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
+    """deploy/'s webhooks (failurePolicy Ignore, timeoutSeconds 3) pointed at replica a;
+    a is SIGSTOPped: ``kubectl apply`` of a malformed selector is answered after ~3 s and
+    admitted, the leader (b, or a's successor) reports InvalidNodeSelector and writes no
+    status; with a running again the next apply is denied."""
+    world = faults.new_world(plane, tmp_path, services=4)
+    try:
+        a, b = world.start_replicas(2)
+        world.wait_ready([a, b])
+        configs = demo.webhook_configurations(a.url, a.ca.read_bytes())
+        listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": configs})
+        plane.kubectl("apply", "-f", "-", input=listing)
+        bad = demo.bad_service()
+        bad["metadata"]["namespace"] = world.namespace
+
+        def denied() -> bool:
+            got = plane.kubectl(
+                "apply", "--dry-run=server", "-f", "-", input=json.dumps(bad), check=False
+            )
+            return got.returncode != 0 and "denied the request" in got.stderr
+
+        wait_for(denied, "the validating webhook answers")
+        world.converge(60)
+        a.process.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            got = plane.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
+            took = time.monotonic() - started
+        finally:
+            a.process.send_signal(signal.SIGCONT)
+        assert got.returncode == 0, got.stderr
+        assert took >= 3.0, took
+        # The API server gave up on each webhook after timeoutSeconds (3 s) and ignored it.
+        assert took < 3 * 2 + 10, took
+
+        def reported() -> str:
+            code, body = plane.request(
+                "GET",
+                f"/apis/events.k8s.io/v1/namespaces/{world.namespace}/events",
+            )
+            reasons = [e.get("reason") for e in body.get("items", [])] if code == 200 else []
+            return "InvalidNodeSelector" if "InvalidNodeSelector" in reasons else ""
+
+        wait_for(reported, "an InvalidNodeSelector Event", timeout=60)
+        code, svc = plane.request(
+            "GET", f"/api/v1/namespaces/{world.namespace}/services/bad-selector"
+        )
+        assert code == 200 and not svc["status"].get("loadBalancer"), svc["status"]
+        # A new one (an update that keeps the admitted selector is let through: the
+        # webhook ratchets, as the API server's own validation does).
+        bad["metadata"]["name"] = "bad-selector-2"
+        got = plane.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
+        assert got.returncode != 0 and "denied the request" in got.stderr, got.stderr
+        figures = world.figures()
+        assert not figures["not_leader"] and not figures["double"], figures["not_leader"]
+        assert not any(key.endswith("/bad-selector") for _, _, key, _, _ in figures["writes"])
+    finally:
+        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+            plane.kubectl("delete", kind, "node-ipam-lb", "--ignore-not-found", check=False)
+        world.stop_replicas()
+        faults.delete_nodes(world)
