@@ -37,24 +37,49 @@ class ViewError(ValueError):
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _DOTTED_QUAD = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}", re.ASCII)
-"""An IPv4 address in canonical dotted-decimal form (no leading zeros: ``ipaddress`` and
-Go's ``net.ParseIP`` reject those), which is its own canonical text."""
+"""An IPv4 address in canonical dotted-decimal form, which is its own canonical text."""
+_SLOPPY_QUAD = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)\.([0-9]+)", re.ASCII)
+"""Four decimal numbers, leading zeros allowed: what k8s.io/utils/net's ``ParseIPSloppy``
+(the parser behind Cilium's ``IsIPv4String``/``IsIPv6String``, and the API server's
+legacy IP validation) reads as IPv4, each number in decimal (``010`` is 10, not 8)."""
+
+
+def _sloppy_octets(text: str) -> tuple[int, int, int, int] | None:
+    match = _SLOPPY_QUAD.fullmatch(text)
+    if match is None:
+        return None
+    a, b, c, d = (int(group) for group in match.groups())
+    return (a, b, c, d) if max(a, b, c, d) <= 255 else None
 
 
 def canonical_ip(text: str) -> tuple[str, str, int] | None:
-    """Parse one address string the way Cilium's Go code accepts it.
+    """Parse one address string the way Cilium's Go code accepts it (k8s.io/utils/net's
+    ``ParseIPSloppy``, then ``net.IP.To4``).
 
     Returns ``(canonical text, family, integer value)`` or ``None`` when ``text`` is not an
     IP address. Rules (docs/design.md §4.4-§4.5): IPv6 is written in RFC 5952 form
     (``2001:0000::1`` → ``2001::1``); IPv4-mapped IPv6 (``::ffff:192.0.2.1``) counts as
-    IPv4 and is written as plain IPv4, as Go's ``net.IP.To4`` does; a zone
-    (``fe80::1%eth0``) is rejected because Go's ``net.ParseIP`` rejects it.
+    IPv4 and is written as plain IPv4, as Go's ``net.IP.To4`` does; IPv4 numbers with
+    leading zeros are decimal (``010.000.000.001`` → ``10.0.0.1``), also inside IPv6
+    (``::ffff:010.0.0.1``), as ``ParseIPSloppy`` reads them (Go's own ``net.ParseIP`` and
+    Python's ``ipaddress`` refuse them); a zone (``fe80::1%eth0``) is rejected because
+    Go's parsers reject it.
     """
     if _DOTTED_QUAD.fullmatch(text):  # the usual case, ~5x cheaper than ipaddress
         a, b, c, d = map(int, text.split("."))
         return text, IPV4, (a << 24) | (b << 16) | (c << 8) | d
+    octets = _sloppy_octets(text)
+    if octets is not None:
+        a, b, c, d = octets
+        return f"{a}.{b}.{c}.{d}", IPV4, (a << 24) | (b << 16) | (c << 8) | d
     if "%" in text:
         return None
+    if "." in text:  # an IPv6 address ending in dotted IPv4: its numbers as decimal too
+        head, colon, tail = text.rpartition(":")
+        octets = _sloppy_octets(tail)
+        if not colon or octets is None:
+            return None
+        text = f"{head}:{'.'.join(map(str, octets))}"
     try:
         addr = ipaddress.ip_address(text)
     except ValueError:

@@ -26,7 +26,14 @@ from tests.core.builders import NOW, node_obj, run, service, service_obj
         ("::ffff:192.0.2.1", ("192.0.2.1", "IPv4")),
         ("::1.2.3.4", ("::102:304", "IPv6")),
         ("fe80::1%eth0", None),
-        ("010.0.0.1", None),
+        ("010.0.0.1", ("10.0.0.1", "IPv4")),  # ParseIPSloppy: decimal, as Cilium reads it
+        ("010.000.000.001", ("10.0.0.1", "IPv4")),
+        ("0010.0.0.1", ("10.0.0.1", "IPv4")),
+        ("010.0.0.256", None),
+        ("::ffff:010.0.0.1", ("10.0.0.1", "IPv4")),
+        ("fd00::010.0.0.1", ("fd00::a00:1", "IPv6")),
+        ("10.0.0.1:80", None),
+        ("1.2.3", None),
         (" 10.0.0.1", None),
         ("10.0.0.1/32", None),
         ("2001:0000:4", None),
@@ -39,9 +46,10 @@ def test_canonical_ip(text: str, expected: tuple[str, str] | None) -> None:
     assert (got[:2] if got else None) == expected
 
 
-def test_canonical_ip_dotted_quad_fast_path_agrees_with_ipaddress() -> None:
-    """The IPv4 fast path answers exactly what the ipaddress path answers, on every
-    combination of edge octets (leading zeros, 255/256, empty, too few or many parts)."""
+def test_canonical_ip_dotted_quad_agrees_with_parse_ip_sloppy() -> None:
+    """The IPv4 paths answer what k8s.io/utils/net's ParseIPSloppy does (ipaddress on the
+    numbers read in decimal, leading zeros dropped), on every combination of edge octets
+    (leading zeros, 255/256, empty, too few or many parts)."""
     import ipaddress
     import itertools
 
@@ -49,8 +57,11 @@ def test_canonical_ip_dotted_quad_fast_path_agrees_with_ipaddress() -> None:
     octets += ["255", "256", "300", "", "a", "1 ", "\u0661"]
 
     def reference(text: str) -> tuple[str, str, int] | None:
+        parts = text.split(".")
+        if not all(p.isascii() and p.isdigit() for p in parts):
+            return None
         try:
-            addr = ipaddress.IPv4Address(text)
+            addr = ipaddress.IPv4Address(".".join(str(int(p)) for p in parts))
         except ValueError:
             return None
         return str(addr), "IPv4", int(addr)
