@@ -26,15 +26,22 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    """Build or find the binaries (kube-apiserver, etcd, then helm); print their paths and
-    versions."""
+    """Build or find the binaries (kube-apiserver with the cluster's commands, etcd, then
+    helm) and tests/cluster's images; print their paths and versions."""
     try:
         binaries = builder.build(interval=args.interval)
     except builder.ControlPlaneUnavailable as err:
         print(f"controlplane: {err}", file=sys.stderr)
         return 2
     print(f"cache: {binaries.directory}")
-    for path in (binaries.kube_apiserver, binaries.etcd):
+    for path in (
+        binaries.kube_apiserver,
+        binaries.etcd,
+        binaries.kube_controller_manager,
+        binaries.kube_scheduler,
+        binaries.kubelet,
+        binaries.kube_proxy,
+    ):
         print(f"{path}: {builder.binary_version(path)}")
     try:
         helm = builder.build_helm(interval=args.interval)
@@ -42,6 +49,16 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"controlplane: {err}", file=sys.stderr)
         return 2
     print(f"{helm}: {builder.binary_version(helm, 'version', '--short')}")
+    # tests/cluster's images (pause, backend, the project's own): stdlib only, cached.
+    from tests.cluster.images import build_images
+
+    try:
+        images = build_images()
+    except builder.ControlPlaneUnavailable as err:
+        print(f"controlplane: {err}", file=sys.stderr)
+        return 2
+    for archive, ref in images.archives():
+        print(f"{archive}: {ref}")
     return 0
 
 
