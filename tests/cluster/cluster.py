@@ -98,9 +98,14 @@ class Member:
         self.name = name
         self.netns = f"{cluster_id}-{name}"
         self.ipv4 = f"{v4_prefix}.{host_octet}"
-        self.ipv6 = f"{_v6_prefix(v4_prefix)}::{host_octet}"
+        self.ipv6 = _canonical(f"{_v6_prefix(v4_prefix)}::{host_octet}")
         self.external_ipv4: str | None = None
         self.external_ipv6: str | None = None
+
+
+def _canonical(address: str) -> str:
+    """RFC 5952 text (``fd00:123:0::11`` -> ``fd00:123::11``), as the API shows it."""
+    return str(ipaddress.ip_address(address))
 
 
 def _v6_prefix(v4_prefix: str) -> str:
@@ -281,7 +286,7 @@ class Cluster:
             self.nodes = [Node(self.id, i, prefix, self.workdir) for i in range(1, count + 1)]
             last = self.nodes[-1]
             last.external_ipv4 = f"{prefix}.{200 + last.index}"
-            last.external_ipv6 = f"{_v6_prefix(prefix)}::{200 + last.index}"
+            last.external_ipv6 = _canonical(f"{_v6_prefix(prefix)}::{200 + last.index}")
             seg = f"{self.id}-seg"
             self._add_netns(seg)
             _ns_run(seg, "ip", "link", "add", "br0", "type", "bridge")
