@@ -26,14 +26,23 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    """Build or find the binaries (kube-apiserver, etcd, helm, prometheus and promtool,
-    then the Cilium peer of tests/peers/cilium); print their paths and versions."""
+    """Build or find the binaries (kube-apiserver with the cluster's commands, etcd, helm,
+    prometheus and promtool, the Cilium peer of tests/peers/cilium) and tests/cluster's
+    images; print their paths and versions."""
+    from tests.cluster.images import build_images
     from tests.peers.cilium import build as cilium  # the differential tests' peer
 
     try:
         binaries = builder.build(interval=args.interval)
         print(f"cache: {binaries.directory}")
-        for path in (binaries.kube_apiserver, binaries.etcd):
+        for path in (
+            binaries.kube_apiserver,
+            binaries.etcd,
+            binaries.kube_controller_manager,
+            binaries.kube_scheduler,
+            binaries.kubelet,
+            binaries.kube_proxy,
+        ):
             print(f"{path}: {builder.binary_version(path)}")
         helm = builder.build_helm(interval=args.interval)
         print(f"{helm}: {builder.binary_version(helm, 'version', '--short')}")
@@ -42,6 +51,10 @@ def cmd_build(args: argparse.Namespace) -> int:
             print(f"{path}: {builder.binary_version(path, '--version')}")
         peer = cilium.build_peer(interval=args.interval)
         print(f"{peer}: {builder.binary_version(peer)}")
+        # tests/cluster's images (pause, backend, the project's own): cached like the rest.
+        images = build_images()
+        for archive, ref in images.archives():
+            print(f"{archive}: {ref}")
     except builder.ControlPlaneUnavailable as err:
         print(f"controlplane: {err}", file=sys.stderr)
         return 2

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TypeVar
 
@@ -35,6 +35,10 @@ ETCD_MODULE = GO_DIR / "etcd"
 HELM_MODULE = GO_DIR / "helm"
 PROMETHEUS_MODULE = GO_DIR / "prometheus"
 KUBE_PACKAGE = "k8s.io/kubernetes/cmd/kube-apiserver"
+# Built together with kube-apiserver by one `go build -o DIR/ ...` (they share most
+# packages): the rest of a cluster, for tests/cluster (kubelet, kube-proxy on each node).
+CLUSTER_COMMANDS = ("kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
+KUBE_PACKAGES = (KUBE_PACKAGE, *(f"k8s.io/kubernetes/cmd/{name}" for name in CLUSTER_COMMANDS))
 ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"  # the module's root package is etcd's main
 HELM_PACKAGE = "helm.sh/helm/v3/cmd/helm"
 PROMETHEUS_PACKAGES = (
@@ -74,13 +78,19 @@ class BuildFailed(ControlPlaneUnavailable):
 
 @dataclasses.dataclass(frozen=True)
 class Binaries:
-    """Paths of a complete, cached build and the versions it was built from."""
+    """Paths of a complete, cached build and the versions it was built from (the four
+    cluster commands, from the same ``k8s.io/kubernetes`` build as kube-apiserver, are used
+    by tests/cluster only)."""
 
     directory: Path
     kube_apiserver: Path
     etcd: Path
     kubernetes_version: str
     etcd_version: str
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kubelet: Path
+    kube_proxy: Path
 
 
 def _require_version(go_mod: Path, module: str) -> str:
@@ -205,10 +215,11 @@ def find_binaries() -> Binaries | None:
     directory = cache_dir()
     stamp = directory / STAMP
     kube, etcd = directory / "kube-apiserver", directory / "etcd"
-    if not (stamp.is_file() and os.access(kube, os.X_OK) and os.access(etcd, os.X_OK)):
+    cluster = [directory / name for name in CLUSTER_COMMANDS]
+    if not (stamp.is_file() and all(os.access(path, os.X_OK) for path in (kube, etcd, *cluster))):
         return None
     info = json.loads(stamp.read_text())
-    return Binaries(directory, kube, etcd, info["kubernetes"], info["etcd"])
+    return Binaries(directory, kube, etcd, info["kubernetes"], info["etcd"], *cluster)
 
 
 def find_go() -> str | None:
@@ -246,7 +257,7 @@ def _format_elapsed(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
-def _count_deps(go: str, module: Path, packages: list[str], tags: list[str]) -> int:
+def _count_deps(go: str, module: Path, packages: Sequence[str], tags: list[str]) -> int:
     result = subprocess.run(
         [go, "list", *tags, "-deps", *packages],
         cwd=module,
@@ -264,7 +275,7 @@ def _go_build(
     *,
     name: str,
     module: Path,
-    package: str | tuple[str, ...],
+    package: str | Sequence[str],
     output: Path,
     ldflags: list[str],
     log: IO[str],
@@ -274,7 +285,7 @@ def _go_build(
 ) -> None:
     """Run ``go build -v`` and report compiled-package counts every ``interval`` seconds.
 
-    Several packages (a tuple) are built by one ``go build -o DIR/ pkg1 pkg2`` (``output``
+    Several packages (a sequence) are built by one ``go build -o DIR/ pkg1 pkg2`` (``output``
     is then the directory), so they share their compiled dependencies."""
     packages = [package] if isinstance(package, str) else list(package)
     target = str(output) if len(packages) == 1 else f"{output}/"
@@ -644,16 +655,19 @@ def build(
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         log_path = log_path or root / f"{key}.build.log"
-        progress(f"building kube-apiserver {k8s} and etcd {etcd} into {directory}")
+        progress(
+            f"building kube-apiserver ({', '.join(CLUSTER_COMMANDS)}) {k8s} and etcd {etcd} "
+            f"into {directory}"
+        )
         progress(f"full go output: {log_path}")
         start = time.monotonic()
         with open(log_path, "w") as log:
             _go_build(
                 go,
-                name="kube-apiserver",
+                name="kubernetes",
                 module=KUBE_MODULE,
-                package=KUBE_PACKAGE,
-                output=staging / "kube-apiserver",
+                package=KUBE_PACKAGES,
+                output=staging,
                 ldflags=kube_ldflags(k8s),
                 log=log,
                 progress=progress,

@@ -314,16 +314,41 @@ class ControlPlane:
         extra_apiserver_args: Sequence[str] = (),
         dual_stack: bool = False,
         audit_policy: str | None = None,
+        host: str = HOST,
+        secure_port: int | None = None,
+        command_prefix: Sequence[str] = (),
+        serving_ips: Sequence[str] = (),
+        serving_dns_names: Sequence[str] = (),
+        authorization_mode: str = "RBAC",
+        service_cluster_ip_range: str = SERVICE_CLUSTER_IP_RANGE,
+        kubelet_client_certificate: bool = False,
     ) -> None:
+        """``host``: the address etcd and kube-apiserver listen on and advertise (default
+        127.0.0.1); ``secure_port``: kube-apiserver's port (default: a free one);
+        ``command_prefix``: prepended to both servers' command lines (tests/cluster runs
+        them with ``nsenter --net=/run/netns/<name>``, then ``host`` is an address in that
+        namespace reachable from this one); ``serving_ips``/``serving_dns_names``: extra
+        names in the serving certificate (the ``kubernetes`` Service's ClusterIP and DNS
+        names for in-cluster clients); ``authorization_mode``: ``--authorization-mode``
+        (``Node,RBAC`` for kubelets); ``service_cluster_ip_range``: one CIDR or a
+        dual-stack pair "v4,v6"; ``kubelet_client_certificate``: give kube-apiserver a
+        client certificate in ``system:masters`` for calls to kubelets (logs, exec)."""
         self.binaries = binaries
-        self.service_cluster_ip_range = (
-            DUAL_STACK_SERVICE_CLUSTER_IP_RANGE if dual_stack else SERVICE_CLUSTER_IP_RANGE
-        )
         self.audit_policy = audit_policy
         self.audit_log_path: Path | None = None
         self.start_timeout = start_timeout
         self.keep = keep
         self.extra_apiserver_args = list(extra_apiserver_args)
+        self.host = host
+        self.secure_port = secure_port
+        self.command_prefix = list(command_prefix)
+        self.serving_ips = list(serving_ips)
+        self.serving_dns_names = list(serving_dns_names)
+        self.authorization_mode = authorization_mode
+        self.service_cluster_ip_range = (
+            DUAL_STACK_SERVICE_CLUSTER_IP_RANGE if dual_stack else service_cluster_ip_range
+        )
+        self.kubelet_client_certificate = kubelet_client_certificate
         self.url = ""
         self.workdir = Path()
         self.kubeconfig_path = Path()
@@ -451,7 +476,7 @@ class ControlPlane:
         self._wait(
             apiserver,
             started + self.start_timeout,
-            lambda: _http_ok(HOST, port, "/readyz", context=context),
+            lambda: _http_ok(self.host, port, "/readyz", context=context),
         )
         return time.monotonic() - started
 
@@ -480,14 +505,14 @@ class ControlPlane:
         deadline = started + self.start_timeout
         etcd.start(append=True)
         port = int(self.etcd_url.rsplit(":", 1)[1])
-        self._wait(etcd, deadline, lambda: _http_ok(HOST, port, "/health"))
+        self._wait(etcd, deadline, lambda: _http_ok(self.host, port, "/health"))
         pki = self.workdir / "pki"
         context = self._ssl_context(pki / "admin.crt", pki / "admin.key")
         api_port = int(self.url.rsplit(":", 1)[1])
         self._wait(
             self._server("kube-apiserver"),
             deadline,
-            lambda: _http_ok(HOST, api_port, "/readyz", context=context),
+            lambda: _http_ok(self.host, api_port, "/readyz", context=context),
         )
         return time.monotonic() - started
 
@@ -633,14 +658,22 @@ class ControlPlane:
         self.ca_pem = self._ca.cert_pem
         self.ca_path = pki / "ca.crt"
         self.ca_path.write_bytes(self.ca_pem)
+        ips = list(dict.fromkeys([HOST, self.host, *self.serving_ips]))
         cert, key = self._ca.issue(
-            _name("kube-apiserver"), server=True, dns_names=["localhost"], ips=[HOST]
+            _name("kube-apiserver"),
+            server=True,
+            dns_names=["localhost", *self.serving_dns_names],
+            ips=ips,
         )
         (pki / "apiserver.crt").write_bytes(cert)
         (pki / "apiserver.key").write_bytes(key)
         cert, key = self.client_certificate("admin", ["system:masters"])
         (pki / "admin.crt").write_bytes(cert)
         (pki / "admin.key").write_bytes(key)
+        if self.kubelet_client_certificate:
+            cert, key = self.client_certificate("kube-apiserver-kubelet-client", ["system:masters"])
+            (pki / "kubelet-client.crt").write_bytes(cert)
+            (pki / "kubelet-client.key").write_bytes(key)
         sa_key = _new_key()
         (pki / "sa.key").write_bytes(_key_pem(sa_key))
         (pki / "sa.pub").write_bytes(
@@ -655,14 +688,17 @@ class ControlPlane:
     def _start_servers(self, binaries: Binaries) -> None:
         pki = self.workdir / "pki"
         deadline = time.monotonic() + self.start_timeout
-        client_port, peer_port, secure_port = _free_port(), _free_port(), _free_port()
-        etcd_url = f"http://{HOST}:{client_port}"
-        peer_url = f"http://{HOST}:{peer_port}"
+        client_port, peer_port = _free_port(), _free_port()
+        secure_port = self.secure_port or _free_port()
+        host = self.host
+        etcd_url = f"http://{host}:{client_port}"
+        peer_url = f"http://{host}:{peer_port}"
         data_dir = self.workdir / "etcd-data"
         shutil.rmtree(data_dir, ignore_errors=True)
         etcd = _Server(
             "etcd",
             [
+                *self.command_prefix,
                 str(binaries.etcd),
                 "--name=default",
                 f"--data-dir={data_dir}",
@@ -680,23 +716,32 @@ class ControlPlane:
         self.log_paths["etcd"] = etcd.log_path
         self._servers.append(etcd)
         etcd.start()
-        self._wait(etcd, deadline, lambda: _http_ok(HOST, client_port, "/health"))
+        self._wait(etcd, deadline, lambda: _http_ok(host, client_port, "/health"))
         self.etcd_url = etcd_url
 
-        url = f"https://{HOST}:{secure_port}"
+        url = f"https://{host}:{secure_port}"
+        kubelet_client = (
+            [
+                f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+            ]
+            if self.kubelet_client_certificate
+            else []
+        )
         apiserver = _Server(
             "kube-apiserver",
             [
+                *self.command_prefix,
                 str(binaries.kube_apiserver),
                 f"--etcd-servers={etcd_url}",
-                f"--bind-address={HOST}",
-                f"--advertise-address={HOST}",
+                f"--bind-address={host}",
+                f"--advertise-address={host}",
                 f"--secure-port={secure_port}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
-                "--authorization-mode=RBAC",
+                f"--authorization-mode={self.authorization_mode}",
                 f"--service-account-issuer={url}",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -704,6 +749,7 @@ class ControlPlane:
                 "--allow-privileged=true",
                 "--profiling=false",
                 *self._audit_args(),
+                *kubelet_client,
                 *self.extra_apiserver_args,
             ],
             self.workdir / "kube-apiserver.log",
@@ -713,7 +759,7 @@ class ControlPlane:
         apiserver.start()
         context = self._ssl_context(pki / "admin.crt", pki / "admin.key")
         self._wait(
-            apiserver, deadline, lambda: _http_ok(HOST, secure_port, "/readyz", context=context)
+            apiserver, deadline, lambda: _http_ok(host, secure_port, "/readyz", context=context)
         )
         self.url = url
 
@@ -837,7 +883,7 @@ class ControlPlane:
         else:
             context = self._ssl_context()
         port = int(self.url.rsplit(":", 1)[1])
-        conn = http.client.HTTPSConnection(HOST, port, context=context, timeout=30)
+        conn = http.client.HTTPSConnection(self.host, port, context=context, timeout=30)
         headers = {"Accept": "application/json"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"

@@ -1,0 +1,113 @@
+"""``python -m tests.cluster up --nodes N --kubeconfig PATH`` / ``build``.
+
+``up`` brings a real cluster up in network namespaces (README.md here), writes the admin
+kubeconfig to PATH (it works from this namespace: kubectl, helm), prints ``ready <url>``
+and ``client-netns <name>`` once every node is Ready, runs until SIGTERM/SIGINT, then
+removes everything it made. ``build`` builds (or finds cached) the binaries and images.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+from tests.controlplane.__main__ import _on_signal, _Stop
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """Build or find the binaries (tests/controlplane) and the three images."""
+    from tests.cluster.images import build_images
+    from tests.controlplane.build import ControlPlaneUnavailable, build
+
+    try:
+        binaries = build(interval=args.interval)
+        images = build_images()
+    except ControlPlaneUnavailable as err:
+        print(f"cluster: {err}", file=sys.stderr)
+        return 2
+    print(f"binaries: {binaries.directory}")
+    for archive, ref in images.archives():
+        print(f"{archive}: {ref}")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Start the cluster, write the kubeconfig, print the two lines, run until signalled."""
+    from tests.cluster.cluster import Cluster, ClusterError
+    from tests.controlplane.build import ControlPlaneUnavailable
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    cluster: Cluster | None = None
+    code = 0
+    try:
+        started = time.monotonic()
+        cluster = Cluster(args.nodes, keep_logs=args.keep_logs)
+        cluster.start()
+        shutil.copyfile(cluster.kubeconfig_path, args.kubeconfig)
+        Path(args.kubeconfig).chmod(0o600)
+        print(
+            f"cluster: {args.nodes} nodes Ready in {time.monotonic() - started:.1f} s; "
+            f"kubeconfig {args.kubeconfig}; logs {cluster.log_dir}",
+            file=sys.stderr,
+        )
+        for node in cluster.nodes:
+            external = f" external {node.external_ipv4} {node.external_ipv6}"
+            print(
+                f"cluster: {node.name} netns {node.netns} {node.ipv4} {node.ipv6}"
+                + (external if node.external_ipv4 else ""),
+                file=sys.stderr,
+            )
+        print(f"ready {cluster.url}", flush=True)
+        print(f"client-netns {cluster.client_netns}", flush=True)
+        while True:
+            dead = cluster.poll()
+            if dead is not None:
+                print(f"cluster: {dead}", file=sys.stderr)
+                code = 1
+                break
+            time.sleep(1.0)
+    except _Stop:
+        code = 0
+    except ControlPlaneUnavailable as err:
+        print(f"cluster: {err}", file=sys.stderr)
+        code = 2
+    except ClusterError as err:
+        print(f"cluster: {err}", file=sys.stderr)
+        code = 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if cluster is not None:
+            stopping = time.monotonic()
+            try:
+                cluster.stop()
+            except ClusterError as err:
+                print(f"cluster: {err}", file=sys.stderr)
+                code = code or 1
+            print(f"cluster: removed in {time.monotonic() - stopping:.1f} s", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_build = sub.add_parser("build", help="build (or find cached) the binaries and images")
+    p_build.add_argument("--interval", type=float, default=15.0, help="seconds between lines")
+    p_build.set_defaults(func=cmd_build)
+    p_up = sub.add_parser("up", help="run the cluster until SIGTERM/SIGINT")
+    p_up.add_argument("--nodes", type=int, default=2, help="number of nodes (1-9)")
+    p_up.add_argument("--kubeconfig", required=True, help="where to write the admin kubeconfig")
+    p_up.add_argument("--keep-logs", type=Path, help="copy the logs here when stopping")
+    p_up.set_defaults(func=cmd_up)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

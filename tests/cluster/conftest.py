@@ -1,0 +1,118 @@
+"""The session fixture ``cluster``: one real cluster (README.md here) for the tests of this
+directory, brought up once and removed at the end of the session.
+
+Its tests are marked ``controlplane`` (through ``control_plane_binaries``) and
+``cluster``. The images are built after collection (outside every test's timeout) when
+they are not cached; the first test that uses the fixture gets a longer timeout, for
+bringing the cluster up. Without root, containerd, runc or the CNI plugins the tests are
+skipped, or fail under ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1`` (set by ``.ci/run``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cluster.cluster import CNI_BIN, Cluster, leftovers
+from tests.cluster.images import Images, build_images, find_images
+from tests.controlplane.build import Binaries, ControlPlaneUnavailable
+from tests.controlplane.pytest_plugin import REQUIRE_ENV
+
+FIXTURE = "cluster"
+FIXTURES = (FIXTURE, "cluster_images", "cluster_prerequisites")
+NODES = 3
+# Bringing the cluster up (~40-70 s on the 2-core machine) runs in the first test's setup.
+FIRST_TEST_TIMEOUT = 300
+_IMAGES_ERROR = pytest.StashKey[str]()
+
+
+def _uses_cluster(item: pytest.Item) -> bool:
+    return any(name in getattr(item, "fixturenames", ()) for name in FIXTURES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the cluster's tests ``cluster``; give the first one the time to bring it up."""
+    first = True
+    for item in items:
+        if _uses_cluster(item):
+            item.add_marker(pytest.mark.cluster)
+            if first:
+                item.add_marker(pytest.mark.timeout(FIRST_TEST_TIMEOUT))
+                first = False
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build the images before any test runs, if a selected test needs the cluster."""
+    if not any(_uses_cluster(item) for item in session.items) or find_images() is not None:
+        return
+    if _missing():
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+
+    def progress(message: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"cluster: {message}")
+
+    try:
+        build_images(progress=progress)
+    except ControlPlaneUnavailable as err:
+        session.config.stash[_IMAGES_ERROR] = str(err)
+
+
+def _missing() -> str | None:
+    """Why a cluster cannot run here, or ``None``."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, mounts, cgroups)"
+    tools = ("containerd", "runc", "ctr", "nsenter", "unshare", "ip", "iptables-restore")
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if not (CNI_BIN / "bridge").exists():
+        missing.append(f"{CNI_BIN}/bridge (containernetworking-plugins)")
+    if missing:
+        return "missing: " + ", ".join(missing) + " (.ci/run installs them with apt-get)"
+    return None
+
+
+def _unavailable(reason: str) -> None:
+    message = f"real cluster unavailable: {reason}"
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{message} ({REQUIRE_ENV}=1)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def cluster_images(request: pytest.FixtureRequest) -> Images:
+    """The cached image archives (pause, backend, the project's image)."""
+    found = find_images()
+    if found is not None:
+        return found
+    error = request.config.stash.get(_IMAGES_ERROR, None)
+    if error is not None:
+        _unavailable(error)
+    try:
+        return build_images()
+    except ControlPlaneUnavailable as err:
+        _unavailable(str(err))
+        raise
+
+
+@pytest.fixture(scope="session")
+def cluster_prerequisites() -> None:
+    """Skips (or fails, see the module doc) when a cluster cannot run here."""
+    reason = _missing()
+    if reason is not None:
+        _unavailable(reason)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    control_plane_binaries: Binaries, cluster_images: Images, cluster_prerequisites: None
+) -> Iterator[Cluster]:
+    """A :class:`~tests.cluster.cluster.Cluster` of ``NODES`` nodes for one test module;
+    after it is stopped, nothing of it may be left (:func:`leftovers`)."""
+    running = Cluster(NODES, binaries=control_plane_binaries, images=cluster_images)
+    with running:
+        yield running
+    assert leftovers(running.id, running.workdir) == []
