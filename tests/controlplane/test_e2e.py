@@ -126,12 +126,15 @@ def _expected() -> dict[tuple[str, str], list[str] | None]:
 def test_every_overlay_is_accepted_by_the_real_server(world: World, overlay: str) -> None:
     """Each overlay, rendered by kubectl's kustomize, passes the real server's validation
     (a server-side dry run; deploy/ itself was applied for real by the fixture).
-    cert-manager's Certificate/Issuer kinds need its CRDs, which this plane lacks: they
-    are left out, with every other object of that overlay still checked."""
+    cert-manager's Certificate/Issuer kinds and the Prometheus Operator's PrometheusRule
+    need their CRDs, which this plane lacks: they are left out, with every other object of
+    that overlay still checked (the PrometheusRule's spec by ``promtool check rules``,
+    tests/monitoring/test_rules.py)."""
     rendered = world.kubectl("kustomize", str(DEPLOY / "overlays" / overlay))
     assert rendered.returncode == 0, rendered.stderr
     objects = [d for d in yaml.safe_load_all(rendered.stdout) if d]
-    kept = [o for o in objects if not o["apiVersion"].startswith("cert-manager.io/")]
+    crds = ("cert-manager.io/", "monitoring.coreos.com/")
+    kept = [o for o in objects if not o["apiVersion"].startswith(crds)]
     assert kept
     listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": kept})
     out = _apply_ok(world, listing, "--dry-run=server")

@@ -201,6 +201,7 @@ PANELS: tuple[PanelSpec, ...] = (
                 "{{webhook}} {{verdict}}",
             ),
         ),
+        width=24,
     ),
     PanelSpec(
         "Leader",
@@ -247,7 +248,7 @@ PANELS: tuple[PanelSpec, ...] = (
         width=8,
     ),
 )
-"""The dashboard's panels, in order (two per row of 24 columns, the stats three)."""
+"""The dashboard's panels, in order: rows of 24 columns, two graphs or three stats each."""
 
 
 def _panel(spec: PanelSpec, ref: int) -> Any:

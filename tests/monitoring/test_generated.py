@@ -67,3 +67,18 @@ def test_the_dashboard_has_a_panel_for_each_thing_an_operator_watches() -> None:
     uids = {panel["datasource"]["uid"] for panel in board["panels"]}
     assert uids == {"${datasource}"}  # every panel follows the data source variable
     assert [v["name"] for v in board["templating"]["list"]] == ["datasource", "job"]
+
+
+def test_the_panels_tile_the_grid_without_overlap() -> None:
+    board = generate.dashboard()
+    taken: set[tuple[int, int]] = set()
+    for panel in board["panels"]:
+        pos = panel["gridPos"]
+        assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, (panel["title"], pos)
+        cells = {
+            (x, y)
+            for x in range(pos["x"], pos["x"] + pos["w"])
+            for y in range(pos["y"], pos["y"] + pos["h"])
+        }
+        assert not cells & taken, (panel["title"], pos)
+        taken |= cells

@@ -9,6 +9,7 @@ The rules are files/prometheus-rules.yaml with one change: that alert's ``for:``
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import uuid
@@ -33,6 +34,7 @@ from tests.controlplane.serving import (
 )
 from tests.monitoring import generate
 from tests.monitoring.promql import exposed_names, grafana_to_promql, metric_names
+from tests.monitoring.render import render
 
 pytestmark = pytest.mark.controlplane
 
@@ -213,6 +215,9 @@ def test_a_pending_service_fires_its_alert_in_a_real_prometheus(
         for title, query in queries:
             assert metric_names(query) <= exposed, (title, metric_names(query) - exposed)
             api(prom_url, "/api/v1/query", query=query)  # evaluates without an error
+        png = os.environ.get("NODE_IPAM_DASHBOARD_PNG")
+        if png:  # a look at the dashboard on this data (tests/monitoring/render.py)
+            render(generate.dashboard(), prom_url, Path(png))
         scraped_names = set(api(prom_url, "/api/v1/label/__name__/values"))
         assert {"node_ipam_lb_services", "controller_runtime_reconcile_errors_total"} <= (
             scraped_names
