@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -309,8 +309,10 @@ class ControlPlane:
         keep: bool = False,
         extra_apiserver_args: Sequence[str] = (),
         audit_policy: str | None = None,
+        hosts: Mapping[str, str] | None = None,
     ) -> None:
         self.binaries = binaries
+        self.hosts = dict(hosts or {})
         self.audit_policy = audit_policy
         self.audit_log_path: Path | None = None
         self.start_timeout = start_timeout
@@ -386,6 +388,21 @@ class ControlPlane:
             for server in self._servers
             if server.proc is not None and server.proc.poll() is None
         }
+
+    def _hosts_wrapper(self) -> list[str]:
+        """With ``hosts`` (name -> address): run kube-apiserver in a mount namespace of its
+        own whose ``/etc/hosts`` has these lines too (``unshare --mount``, a bind mount;
+        needs CAP_SYS_ADMIN), so a webhook ``url:`` can name a Service's DNS name (what a
+        self-managed serving certificate is issued for) and reach 127.0.0.1. Nothing
+        changes outside that process; the namespace ends with it."""
+        if not self.hosts:
+            return []
+        hosts = self.workdir / "hosts"
+        base = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else ""
+        lines = "".join(f"{address} {name}\n" for name, address in self.hosts.items())
+        hosts.write_text(base.rstrip("\n") + "\n" + lines)
+        script = 'mount --bind "$0" /etc/hosts && exec "$@"'
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(hosts)]
 
     # -- audit ---------------------------------------------------------------------------
     def _audit_args(self) -> list[str]:
@@ -679,6 +696,7 @@ class ControlPlane:
         apiserver = _Server(
             "kube-apiserver",
             [
+                *self._hosts_wrapper(),
                 str(binaries.kube_apiserver),
                 f"--etcd-servers={etcd_url}",
                 f"--bind-address={HOST}",

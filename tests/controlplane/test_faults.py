@@ -31,7 +31,7 @@ from app import demo
 from app.controller.cache import ClusterCache
 from app.controller.informer import Informer
 from app.core.views import node_view
-from app.kube.client import ApiError, Kind, KubernetesAPI
+from app.kube.client import KubernetesAPI
 from tests.controlplane import faults
 from tests.controlplane.build import Binaries
 from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
@@ -178,33 +178,6 @@ def test_throttled_cold_start_waits_for_retry_after(plane: ControlPlane, tmp_pat
     assert result["min_retry_gap_s"] >= 0.95  # Retry-After: 1 (server clock, ms precision)
 
 
-class _PausingAPI:
-    """``KubernetesAPI`` whose first List stops after its first page: ``between(token)``
-    runs there (compaction), then the List goes on with the old continue token."""
-
-    def __init__(self, api: KubernetesAPI, between: Any) -> None:
-        self._api, self._between = api, between
-        self.paused = False
-        self.errors: list[ApiError] = []
-
-    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
-        try:
-            page = self._api.list_page(kind, limit=limit, continue_token=continue_token)
-        except ApiError as err:
-            self.errors.append(err)
-            raise
-        token = page.get("metadata", {}).get("continue")
-        if token and not self.paused:
-            self.paused = True
-            self._between(token)
-        return page
-
-    def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> Any:
-        return self._api.watch(
-            kind, resource_version=resource_version, timeout_seconds=timeout_seconds
-        )
-
-
 def test_a_list_compacted_between_pages_is_listed_again(plane: ControlPlane) -> None:
     """The informer's initial List (pages of 2 Nodes) is held after page 1 while a Node
     is created and etcd compacted: page 2 gets the real 410 Expired, the informer lists
@@ -226,7 +199,7 @@ def test_a_list_compacted_between_pages_is_listed_again(plane: ControlPlane) -> 
         wait_for(expired, "the continue token expires", timeout=30)
 
     with plane.api_client() as client:
-        api = _PausingAPI(KubernetesAPI(client), between)
+        api = faults.PausingAPI(KubernetesAPI(client), between)
         cache = ClusterCache()
         informer = Informer(
             kind="nodes",
