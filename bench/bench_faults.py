@@ -1,4 +1,4 @@
-"""Faults on the real control plane (issue 22): ``.venv/bin/python -m bench.bench_faults``.
+"""Faults on the real control plane: ``.venv/bin/python -m bench.bench_faults``.
 
 Every scenario of ``tests/controlplane/test_faults.py`` and the slow ones, each on a fresh
 world (namespace, 5 Nodes, 40 Services of which 6 ``externalTrafficPolicy: Local`` with an
@@ -326,6 +326,15 @@ def main() -> None:
 
     results: list[dict[str, Any]] = []
 
+    def attempt(name: str, run: Any) -> dict[str, Any] | None:
+        """``run()``; a scenario that fails is a row saying so, the others still run."""
+        try:
+            result: dict[str, Any] = run()
+        except AssertionError as err:
+            record({"scenario": name, "fault": f"FAILED: {str(err)[:300]}"})
+            return None
+        return result
+
     def record(result: dict[str, Any], fault: str = "") -> None:
         if fault:
             result["fault"] = fault
@@ -337,52 +346,74 @@ def main() -> None:
         print(f"control plane: {plane.workdir}", flush=True)
         for number, downtime in ((1, 2.0), (2, 20.0)):
             if wanted(number):
-                result = faults.run_scenario(
-                    f"{number}. apiserver SIGKILL mid cold start, back after {downtime:g} s",
+                name = f"{number}. apiserver SIGKILL mid cold start, back after {downtime:g} s"
+                got = attempt(
+                    name,
+                    lambda name=name, downtime=downtime: faults.run_scenario(
+                        name, plane, workdir, faults.apiserver_kill(downtime)
+                    ),
+                )
+                if got is not None:
+                    record(got, f"down {got['down_s']} s (kill to /readyz)")
+        if wanted(3):
+            got = attempt(
+                "3. etcd restart",
+                lambda: faults.run_scenario(
+                    "3. etcd restart", plane, workdir, faults.etcd_restart, warm=True
+                ),
+            )
+            if got is not None:
+                record(got, f"down {got['down_s']} s (SIGTERM to apiserver /readyz)")
+        if wanted(4):
+            got = attempt(
+                "4. etcd compaction, idle watches",
+                lambda: faults.run_scenario(
+                    "4. etcd compaction, idle watches",
                     plane,
                     workdir,
-                    faults.apiserver_kill(downtime),
-                )
-                record(result, f"down {result['down_s']} s (kill to /readyz)")
-        if wanted(3):
-            result = faults.run_scenario(
-                "3. etcd restart", plane, workdir, faults.etcd_restart, warm=True
+                    faults.compaction_idle,
+                    warm=True,
+                ),
             )
-            record(result, f"down {result['down_s']} s (SIGTERM to apiserver /readyz)")
-        if wanted(4):
-            result = faults.run_scenario(
-                "4. etcd compaction, idle watches",
-                plane,
-                workdir,
-                faults.compaction_idle,
-                warm=True,
-            )
-            record(result, f"compacted at revision {result['compacted_at']}")
+            if got is not None:
+                record(got, f"compacted at revision {got['compacted_at']}")
         if wanted(5):
-            record(_between_pages(plane))
+            got = attempt("5. List compacted between pages", lambda: _between_pages(plane))
+            if got is not None:
+                record(got)
         if wanted(6):
             plane.throttle(faults.SA_USER)
             try:
-                result = faults.run_scenario(
+                got = attempt(
                     "6. APF throttling, cold start of 80",
-                    plane,
-                    workdir,
-                    faults.throttled,
-                    services=80,
-                    extra=("--workers=16",),
+                    lambda: faults.run_scenario(
+                        "6. APF throttling, cold start of 80",
+                        plane,
+                        workdir,
+                        faults.throttled,
+                        services=80,
+                        extra=("--workers=16",),
+                    ),
                 )
             finally:
                 plane.unthrottle()
-            record(
-                result,
-                f"converged under throttle in {result['converged_throttled_s']} s;"
-                f" min retry gap after a 429 {result['min_retry_gap_s']} s;"
-                f" peak {result['peak_requests_per_s']} req/s",
-            )
+            if got is not None:
+                record(
+                    got,
+                    f"converged under throttle in {got['converged_throttled_s']} s;"
+                    f" min retry gap after a 429 {got['min_retry_gap_s']} s;"
+                    f" peak {got['peak_requests_per_s']} req/s",
+                )
         if wanted(7):
-            record(_webhook(plane, workdir))
+            got = attempt(
+                "7. webhook SIGSTOPped during kubectl apply", lambda: _webhook(plane, workdir)
+            )
+            if got is not None:
+                record(got)
     if wanted(8):
-        record(_certificates(workdir))
+        got = attempt("8. cert Secret deleted + caBundle wiped", lambda: _certificates(workdir))
+        if got is not None:
+            record(got)
     print(f"bench_faults done: {machine()}")
     print(table(results))
 

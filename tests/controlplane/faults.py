@@ -1,4 +1,4 @@
-"""Fault scenarios on the real control plane (issue 22), shared by ``test_faults.py`` and
+"""Fault scenarios on the real control plane, shared by ``test_faults.py`` and
 ``bench/bench_faults.py``.
 
 A :class:`World` is one control plane (audited with :data:`AUDIT_CONTROLLERS`), deploy/
@@ -607,7 +607,7 @@ class PausingAPI:
 # -- scenarios -------------------------------------------------------------------------
 
 
-def first_status_write(world: World, timeout: float = 60) -> float:
+def first_status_write(world: World, timeout: float = 150) -> float:
     """Wait until the audit log shows the controller's first status write in this world
     (the cold start is under way); returns the seconds waited."""
     started = time.monotonic()

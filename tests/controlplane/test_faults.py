@@ -1,4 +1,4 @@
-"""Faults on the real control plane (issue 22): kube-apiserver SIGKILLed mid cold start,
+"""Faults on the real control plane: kube-apiserver SIGKILLed mid cold start,
 etcd compaction between the pages of a List, API Priority and Fairness throttling, a
 webhook SIGSTOPped during ``kubectl apply``; and the fault hooks themselves.
 
