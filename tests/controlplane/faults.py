@@ -558,7 +558,7 @@ def new_world(
         run=run,
         namespace=f"faults-{run}",
         services=services,
-        local=local,
+        local=min(local, services),
         nodes=[f"fault-{run}-{i}" for i in range(1, nodes + 1)],
         lease_duration=duration,
         timings=(
