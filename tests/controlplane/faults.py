@@ -1,4 +1,4 @@
-"""Fault scenarios on the real control plane (issue 22), shared by ``test_faults.py`` and
+"""Fault scenarios on the real control plane, shared by ``test_faults.py`` and
 ``bench/bench_faults.py``.
 
 A :class:`World` is one control plane (audited with :data:`AUDIT_CONTROLLERS`), deploy/
@@ -42,6 +42,7 @@ import httpx
 
 from app.config import Settings
 from app.core.dump import Dump, project
+from app.kube.client import ApiError, Kind, KubernetesAPI
 from app.preview.run import preview_dump, would_change
 from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
 from tests.controlplane.serving import (
@@ -223,6 +224,37 @@ class World:
                 with_cont(r)
             stop(r.process)
 
+    def _cached_views(self, wrong: list[str]) -> dict[str, Any]:
+        """Each replica's ``/preview/<ns>/<name>`` (computed from its own cache) for the
+        Services named in ``wrong`` lines, to tell a lost event from a lost write."""
+        seen: dict[str, Any] = {}
+        for line in wrong:
+            name = line.split(":", 1)[0]
+            for r in self.replicas:
+                try:
+                    got = httpx.get(
+                        f"{r.url}/preview/{self.namespace}/{name}", verify=tls(r.ca), timeout=5
+                    )
+                    body = got.json()
+                    seen[f"{r.name} {name}"] = {
+                        "ingress": [e.get("ip") for e in body.get("ingress") or ()],
+                        "nodes": body.get("nodes"),
+                        "reason": body.get("reason"),
+                    }
+                except (httpx.HTTPError, ValueError) as err:
+                    seen[f"{r.name} {name}"] = str(err)
+        return seen
+
+    def _terms(self) -> dict[str, list[float]]:
+        """When each replica logged "leadership acquired" (wall clock, epoch seconds)."""
+        terms: dict[str, list[float]] = {}
+        for r in self.replicas:
+            for line in r.log.read_text(errors="replace").splitlines():
+                if '"msg":"leadership acquired"' in line:
+                    with contextlib.suppress(ValueError, KeyError):
+                        terms.setdefault(r.name, []).append(_time(json.loads(line)["time"]))
+        return terms
+
     def _acknowledged(self) -> Counter[tuple[str, str]]:
         """Status writes each replica logged as answered 2xx, by (replica, Service key)."""
         done: Counter[tuple[str, str]] = Counter()
@@ -292,7 +324,8 @@ class World:
                 return time.monotonic() - started
             if time.monotonic() - started > timeout:
                 raise AssertionError(
-                    f"not converged within {timeout} s: {len(wrong)} Services: {wrong[:5]}"
+                    f"not converged within {timeout} s: {len(wrong)} Services: {wrong[:5]};"
+                    f" what the replicas' caches say: {self._cached_views(wrong[:3])}"
                 )
             time.sleep(0.3)
 
@@ -349,8 +382,9 @@ class World:
                 not_leader.append(f"{replica} wrote {key}; Lease: {holder!r} {at - when:.1f} s ago")
         unmanaged = [w[2] for w in writes if w[2] == f"{self.namespace}/other-class"]
         last: dict[str, tuple[float, str]] = {}
-        double, unanswered = [], []
+        double, unanswered, rewrites = [], [], []
         acknowledged = self._acknowledged()
+        terms = self._terms()
         served: Counter[tuple[str, str]] = Counter()
         for at, replica, key, body, code in writes:
             if code != 200:
@@ -364,7 +398,16 @@ class World:
                 # The server took the earlier write but its answer never reached the
                 # replica (the API server was killed first): a retry, not a double write.
                 lost = served[replica, key] - 1 > acknowledged[replica, key]
-                (unanswered if lost else double).append(line)
+                # A new leadership term forgets the last term's writes (the reconciler's
+                # reset: another replica may have written meanwhile); with the echo of the
+                # earlier write lost in the outage, the cache still shows the old status.
+                new_term = any(last[key][0] < t < at for t in terms.get(replica, ()))
+                if lost:
+                    unanswered.append(line)
+                elif new_term:
+                    rewrites.append(line)
+                else:
+                    double.append(line)
             last[key] = (at, body)
         attempts: dict[str, list[tuple[float, int]]] = {}
         for at, _, key, _, code in writes:
@@ -386,6 +429,7 @@ class World:
             "unmanaged": unmanaged,
             "refused": refused,
             "unanswered": unanswered,
+            "term_rewrites": rewrites,
             "not_leader": not_leader,
             "double": double,
             "writes": writes,
@@ -514,7 +558,7 @@ def new_world(
         run=run,
         namespace=f"faults-{run}",
         services=services,
-        local=local,
+        local=min(local, services),
         nodes=[f"fault-{run}-{i}" for i in range(1, nodes + 1)],
         lease_duration=duration,
         timings=(
@@ -533,10 +577,37 @@ def delete_nodes(world: World) -> None:
         world.plane.request("DELETE", f"/api/v1/nodes/{node}")
 
 
+class PausingAPI:
+    """``KubernetesAPI`` whose first List stops after its first page: ``between(token)``
+    runs there (compaction), then the List goes on with the old continue token."""
+
+    def __init__(self, api: KubernetesAPI, between: Any) -> None:
+        self._api, self._between = api, between
+        self.paused = False
+        self.errors: list[ApiError] = []
+
+    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
+        try:
+            page = self._api.list_page(kind, limit=limit, continue_token=continue_token)
+        except ApiError as err:
+            self.errors.append(err)
+            raise
+        token = page.get("metadata", {}).get("continue")
+        if token and not self.paused:
+            self.paused = True
+            self._between(token)
+        return page
+
+    def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> Any:
+        return self._api.watch(
+            kind, resource_version=resource_version, timeout_seconds=timeout_seconds
+        )
+
+
 # -- scenarios -------------------------------------------------------------------------
 
 
-def first_status_write(world: World, timeout: float = 60) -> float:
+def first_status_write(world: World, timeout: float = 150) -> float:
     """Wait until the audit log shows the controller's first status write in this world
     (the cold start is under way); returns the seconds waited."""
     started = time.monotonic()
@@ -598,6 +669,7 @@ def run_scenario(
             "not_leader": len(figures["not_leader"]),
             "double": len(figures["double"]),
             "unanswered_retries": len(figures["unanswered"]),
+            "term_rewrites": len(figures["term_rewrites"]),
             "refused": len(figures["refused"]),
             "converge_s": round(converge_s, 2),
             "requests": figures["requests"],
@@ -617,6 +689,7 @@ def run_scenario(
                 "refused": [line for _, line in figures["refused"]][:5],
                 "refused_at": [at for at, _ in figures["refused"]],
                 "unanswered": figures["unanswered"][:5],
+                "term_rewrites": figures["term_rewrites"][:5],
             },
             **own,
         }

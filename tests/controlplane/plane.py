@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -322,6 +322,7 @@ class ControlPlane:
         authorization_mode: str = "RBAC",
         service_cluster_ip_range: str = SERVICE_CLUSTER_IP_RANGE,
         kubelet_client_certificate: bool = False,
+        hosts: Mapping[str, str] | None = None,
     ) -> None:
         """``host``: the address etcd and kube-apiserver listen on and advertise (default
         127.0.0.1); ``secure_port``: kube-apiserver's port (default: a free one);
@@ -334,6 +335,7 @@ class ControlPlane:
         dual-stack pair "v4,v6"; ``kubelet_client_certificate``: give kube-apiserver a
         client certificate in ``system:masters`` for calls to kubelets (logs, exec)."""
         self.binaries = binaries
+        self.hosts = dict(hosts or {})
         self.audit_policy = audit_policy
         self.audit_log_path: Path | None = None
         self.start_timeout = start_timeout
@@ -419,6 +421,21 @@ class ControlPlane:
             for server in self._servers
             if server.proc is not None and server.proc.poll() is None
         }
+
+    def _hosts_wrapper(self) -> list[str]:
+        """With ``hosts`` (name -> address): run kube-apiserver in a mount namespace of its
+        own whose ``/etc/hosts`` has these lines too (``unshare --mount``, a bind mount;
+        needs CAP_SYS_ADMIN), so a webhook ``url:`` can name a Service's DNS name (what a
+        self-managed serving certificate is issued for) and reach 127.0.0.1. Nothing
+        changes outside that process; the namespace ends with it."""
+        if not self.hosts:
+            return []
+        hosts = self.workdir / "hosts"
+        base = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else ""
+        lines = "".join(f"{address} {name}\n" for name, address in self.hosts.items())
+        hosts.write_text(base.rstrip("\n") + "\n" + lines)
+        script = 'mount --bind "$0" /etc/hosts && exec "$@"'
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(hosts)]
 
     # -- audit ---------------------------------------------------------------------------
     def _audit_args(self) -> list[str]:
@@ -732,6 +749,7 @@ class ControlPlane:
             "kube-apiserver",
             [
                 *self.command_prefix,
+                *self._hosts_wrapper(),
                 str(binaries.kube_apiserver),
                 f"--etcd-servers={etcd_url}",
                 f"--bind-address={host}",

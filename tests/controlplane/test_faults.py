@@ -1,4 +1,4 @@
-"""Faults on the real control plane (issue 22): kube-apiserver SIGKILLed mid cold start,
+"""Faults on the real control plane: kube-apiserver SIGKILLed mid cold start,
 etcd compaction between the pages of a List, API Priority and Fairness throttling, a
 webhook SIGSTOPped during ``kubectl apply``; and the fault hooks themselves.
 
@@ -31,7 +31,7 @@ from app import demo
 from app.controller.cache import ClusterCache
 from app.controller.informer import Informer
 from app.core.views import node_view
-from app.kube.client import ApiError, Kind, KubernetesAPI
+from app.kube.client import KubernetesAPI
 from tests.controlplane import faults
 from tests.controlplane.build import Binaries
 from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
@@ -150,14 +150,19 @@ def test_apiserver_sigkill_mid_cold_start_back_after_2s(
     start-up): the replicas' watches break, the new server's watch cache does not know
     their resourceVersions (410, re-list), the leader cannot renew; nothing lost."""
     result = faults.run_scenario(
-        "apiserver SIGKILL, back after 2 s", plane, tmp_path, faults.apiserver_kill(2.0)
+        "apiserver SIGKILL, back after 2 s",
+        plane,
+        tmp_path,
+        faults.apiserver_kill(2.0),
+        services=24,
+        converge_timeout=60,
     )
     _clean(result, warming_until=result["ready_at_s"] + 1.0)
-    assert result["status_writes"] >= 40
+    assert result["status_writes"] >= 24
 
 
 def test_throttled_cold_start_waits_for_retry_after(plane: ControlPlane, tmp_path: Path) -> None:
-    """A cold start of 80 Services with 16 workers while APF gives the controller three
+    """A cold start of 48 Services with 16 workers while APF gives the controller three
     seats and rejects the rest: 429s, each retried no sooner than its Retry-After (1 s),
     every status right at the end."""
     plane.throttle(faults.SA_USER)
@@ -167,8 +172,9 @@ def test_throttled_cold_start_waits_for_retry_after(plane: ControlPlane, tmp_pat
             plane,
             tmp_path,
             faults.throttled,
-            services=80,
+            services=48,
             extra=("--workers=16",),
+            converge_timeout=60,
         )
     finally:
         plane.unthrottle()
@@ -176,33 +182,6 @@ def test_throttled_cold_start_waits_for_retry_after(plane: ControlPlane, tmp_pat
     assert result["codes"].get(429, 0) >= 1, result["codes"]
     assert result["min_retry_gap_s"] is not None
     assert result["min_retry_gap_s"] >= 0.95  # Retry-After: 1 (server clock, ms precision)
-
-
-class _PausingAPI:
-    """``KubernetesAPI`` whose first List stops after its first page: ``between(token)``
-    runs there (compaction), then the List goes on with the old continue token."""
-
-    def __init__(self, api: KubernetesAPI, between: Any) -> None:
-        self._api, self._between = api, between
-        self.paused = False
-        self.errors: list[ApiError] = []
-
-    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
-        try:
-            page = self._api.list_page(kind, limit=limit, continue_token=continue_token)
-        except ApiError as err:
-            self.errors.append(err)
-            raise
-        token = page.get("metadata", {}).get("continue")
-        if token and not self.paused:
-            self.paused = True
-            self._between(token)
-        return page
-
-    def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> Any:
-        return self._api.watch(
-            kind, resource_version=resource_version, timeout_seconds=timeout_seconds
-        )
 
 
 def test_a_list_compacted_between_pages_is_listed_again(plane: ControlPlane) -> None:
@@ -226,7 +205,7 @@ def test_a_list_compacted_between_pages_is_listed_again(plane: ControlPlane) -> 
         wait_for(expired, "the continue token expires", timeout=30)
 
     with plane.api_client() as client:
-        api = _PausingAPI(KubernetesAPI(client), between)
+        api = faults.PausingAPI(KubernetesAPI(client), between)
         cache = ClusterCache()
         informer = Informer(
             kind="nodes",

@@ -60,8 +60,13 @@ def list_body(
                 status_body(
                     code=410,
                     reason="Expired",
+                    # kube-apiserver's words (storage/etcd3, handleCompactedErrorForPaging)
                     message="The provided continue parameter is too old to display a consistent "
-                    "list result. You can start a new list without the continue parameter.",
+                    "list result. You can start a new list without the continue parameter, or "
+                    "use the continue token in this response to retrieve the remainder of the "
+                    "results. Continuing with the provided token results in an inconsistent "
+                    "list - objects that were created, modified, or deleted between the time "
+                    "the first chunk was returned and now may show up in the list.",
                 )
             )
     items: list[bytes] = []

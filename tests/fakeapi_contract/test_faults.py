@@ -191,3 +191,24 @@ def test_an_injected_429_answers_as_api_priority_and_fairness(fake_api: FakeApiS
     assert resp.headers["Retry-After"] == "1"
     assert resp.headers["Content-Type"].startswith("text/plain")
     assert resp.data == b"Too many requests, please try again later.\n"
+
+
+def test_a_continue_token_from_before_compaction_is_expired(fake_api: FakeApiServer) -> None:
+    """As on the real server after etcd compaction (tests/controlplane/test_faults.py,
+    test_compaction_expires_old_revisions_and_a_continue_token): 410 Expired with its
+    message."""
+    core = client.CoreV1Api(fake_api.client())
+    for name in ("a", "b", "c"):
+        core.create_node(body={"metadata": {"name": name}})
+    token = core.list_node(limit=1).metadata._continue
+    core.create_node(body={"metadata": {"name": "d"}})  # history moves on, then compaction
+    fake_api.compact()
+    with pytest.raises(ApiException) as err:
+        core.list_node(limit=1, _continue=token)
+    body = json.loads(err.value.body)
+    assert (err.value.status, body["reason"]) == (410, "Expired")
+    assert body["message"].startswith(
+        "The provided continue parameter is too old to display a consistent list result."
+        " You can start a new list without the continue parameter, or use the continue"
+        " token in this response"
+    )
