@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import ipaddress
 import json
 import os
 import ssl
@@ -37,6 +36,7 @@ from typing import Any, Self
 import httpx
 import yaml
 
+from app.core.views import canonical_ip
 from app.preview.run import run_preview
 from tests.controlplane.build import Binaries
 from tests.controlplane.plane import ControlPlane
@@ -48,7 +48,8 @@ IDENTICAL = "identical"
 RULES = {
     "canonical-addresses": (
         "docs/design.md §4.8: addresses in canonical text, deduplicated after that"
-        " (Cilium writes each Node address as spelled and dedups raw strings)"
+        " (Cilium writes each Node address as spelled, e.g. FD00::A, ::ffff:10.0.0.7,"
+        " 010.000.000.001, and dedups the raw strings)"
     ),
     "family-numeric-order": (
         "docs/design.md §4.8: ordered by family as in spec.ipFamilies, then numerically"
@@ -61,25 +62,21 @@ PATCH only on change; narrower requeues; Events; admission) do not change what a
 ends with and are checked by the migration test (:mod:`tests.peers.cilium.test_migration`)."""
 
 
-def _canonical(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    address = ipaddress.ip_address(text)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
+def _parse(text: str) -> tuple[str, str, int]:
+    parsed = canonical_ip(text)
+    if parsed is None:
+        raise ValueError(f"not an IP address: {text!r}")
+    return parsed
 
 
 def cilium_ips_our_way(ips: Sequence[str], families: Sequence[str]) -> list[str]:
-    """Cilium's ingress IPs in our form (§4.5): canonical, deduplicated, by family in the
-    order of ``families`` (``spec.ipFamilies``), then numerically. Raises ``ValueError``
-    for a string that is not an IP (Cilium never writes one)."""
+    """Cilium's ingress IPs in our form (§4.5): canonical (:func:`app.core.views.canonical_ip`),
+    deduplicated, by family in the order of ``families`` (``spec.ipFamilies``), then
+    numerically. Raises ``ValueError`` for a string that is not an IP to us."""
     order = {family: i for i, family in enumerate(families)}
-    unique = {_canonical(ip) for ip in ips}
-
-    def key(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> tuple[int, int]:
-        family = "IPv4" if address.version == 4 else "IPv6"
-        return order.get(family, len(order)), int(address)
-
-    return [str(address) for address in sorted(unique, key=key)]
+    unique = {_parse(ip) for ip in ips}
+    ordered = sorted(unique, key=lambda p: (order.get(p[1], len(order)), p[2]))
+    return [text for text, _, _ in ordered]
 
 
 def classify(cilium: Sequence[str], ours: Sequence[str], families: Sequence[str]) -> str | None:
@@ -95,7 +92,7 @@ def classify(cilium: Sequence[str], ours: Sequence[str], families: Sequence[str]
     if ours_way != list(ours):
         return None
     raw_sorted_canonical = sorted(set(cilium)) == sorted(ours_way) and all(
-        str(_canonical(ip)) == ip for ip in cilium
+        _parse(ip)[0] == ip for ip in cilium
     )
     return "family-numeric-order" if raw_sorted_canonical else "canonical-addresses"
 
@@ -277,6 +274,7 @@ class Serve:
 
     def start(self) -> Self:
         """Start ``serve`` and return once ``/readyz`` answers (fails the test otherwise)."""
+        self.ca.unlink(missing_ok=True)  # an earlier run's CA would never verify this one
         args = [
             sys.executable,
             "-m",
