@@ -315,22 +315,25 @@ class Serve:
         return self.log.read_text(errors="replace")[-3000:]
 
     def _cached(self, namespace: str, count: int) -> bool:
+        """serve's cache holds ``count`` Services of ``namespace`` and every key its work
+        queue took in has been reconciled (``workqueue_adds_total`` equals the sum of
+        ``controller_runtime_reconcile_total``, counted after the status write)."""
         assert self.process is not None and self.process.poll() is None, self.tail()
         assert self.http is not None
         got = self.http.get(f"{self.url}/preview/{namespace}", params={"limit": 500})
         if got.status_code != 200 or len(got.json().get("items", [])) < count:
             return False
-        metrics = self.http.get(f"{self.url}/metrics").text
-        depth = [
-            float(line.rsplit(" ", 1)[1])
-            for line in metrics.splitlines()
-            if line.startswith("workqueue_depth{")
-        ]
-        return not any(depth)
+        totals = {"workqueue_adds_total{": 0.0, "controller_runtime_reconcile_total{": 0.0}
+        for line in self.http.get(f"{self.url}/metrics").text.splitlines():
+            for prefix in totals:
+                if line.startswith(prefix):
+                    totals[prefix] += float(line.rsplit(" ", 1)[1])
+        adds, reconciles = totals.values()
+        return adds == reconciles
 
     def wait_quiet(self, namespace: str, count: int, *, timeout: float = 60.0) -> float:
-        """Until serve's cache holds ``count`` Services of ``namespace``, its work queue is
-        empty and the server's services/status requests stopped moving for 1 s."""
+        """Until serve's cache holds ``count`` Services of ``namespace``, everything queued
+        is reconciled and the server's services/status requests stopped moving for 1 s."""
         return wait_quiet(self.plane, timeout=timeout, ready=lambda: self._cached(namespace, count))
 
     def stop(self) -> None:
