@@ -99,9 +99,11 @@ def classify(cilium: Sequence[str], ours: Sequence[str], families: Sequence[str]
 
 @dataclasses.dataclass
 class Outcome:
-    """One Service's results: ``cilium`` and ``serve`` the ingress IPs each left from a
-    blank status, ``preview`` preview's (``None``: it would not write), ``rule`` from
-    :func:`classify` (``None``: unexplained), ``entries`` Cilium's stored entries."""
+    """One Service's results: ``key`` ``namespace/name``, ``families`` its
+    ``spec.ipFamilies``; ``cilium`` and ``serve`` the ingress IPs each left from a blank
+    status, ``preview`` preview's (``None``: it would not write); ``rule`` from
+    :func:`classify` (``None``: unexplained); ``problem`` what else disagreed (preview
+    and serve, or an ``ipMode`` other than ``VIP``), empty when nothing did."""
 
     key: str
     families: list[str]
