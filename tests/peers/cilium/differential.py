@@ -140,7 +140,7 @@ class Api:
         self.http = httpx.Client(
             base_url=plane.url,
             verify=context,
-            timeout=30,
+            timeout=60,
             limits=httpx.Limits(max_connections=12, max_keepalive_connections=12),
         )
 
@@ -152,12 +152,22 @@ class Api:
         *,
         content_type: str = "application/json",
     ) -> tuple[int, Any]:
-        """``(status, decoded JSON)`` of one request (``body`` sent as JSON)."""
+        """``(status, decoded JSON)`` of one request (``body`` sent as JSON). A transport
+        error (a read timeout of a loaded server) is retried twice; a retried POST that
+        finds its object created (409) counts as created (201)."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = content_type
-        response = self.http.request(method, path, content=data, headers=headers)
+        for attempt in range(3):
+            try:
+                response = self.http.request(method, path, content=data, headers=headers)
+                break
+            except httpx.TransportError:
+                if attempt == 2:
+                    raise
+        if attempt and method == "POST" and response.status_code == 409:
+            return 201, {}
         try:
             return response.status_code, response.json()
         except ValueError:
