@@ -320,7 +320,7 @@ class Serve:
             except httpx.HTTPError:
                 return False
 
-        wait_for(up, "serve answers /readyz", timeout=60)
+        wait_for(up, "serve answers /readyz", timeout=180)  # 4 at once at load 20: > 60 s
         return self
 
     def tail(self) -> str:
