@@ -5,7 +5,7 @@ other, counts per rule, rejections, shrink and exit 1 on an unexplained differen
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -17,8 +17,8 @@ from tests.peers.cilium.differential import ClusterResult, Outcome
 class _Canned:
     """Stands in for Differential: seed 2 has an unexplained difference."""
 
-    runs: list[tuple[int, str]] = []
-    shrunk: list[str] = []
+    runs: ClassVar[list[tuple[int, str]]] = []
+    shrunk: ClassVar[list[str]] = []
 
     def __init__(self) -> None:
         self.version = "v1.20.2"

@@ -303,6 +303,8 @@ class Serve:
             str(self.ca),
             "--default-lb-service-ipam",
             self.mode,
+            "--health-probe-bind-address",
+            "0",  # off: its default is every address's :8081, one per machine
         ]
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
