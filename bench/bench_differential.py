@@ -16,9 +16,11 @@ the Cilium peer).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 from bench.procs import machine
 from tests.peers.cilium.clusters import generate
@@ -34,7 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="*", help="exactly these seeds instead")
     parser.add_argument("--mode", choices=MODES, help="only this --default-lb-service-ipam")
     parser.add_argument("--shrink-seconds", type=float, default=120.0)
+    parser.add_argument(
+        "--tally",
+        nargs="+",
+        metavar="LOG",
+        help="run nothing: sum the per-cluster lines of earlier runs' output files",
+    )
     args = parser.parse_args(argv)
+    if args.tally:
+        return tally(args.tally)
     seeds = args.seeds or list(range(args.first_seed, args.first_seed + args.clusters))
     runs = [(seed, args.mode or MODES[i % 2]) for i, seed in enumerate(seeds)]
     # One mode after the other: each switch restarts both controllers.
@@ -50,11 +60,11 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             for message in result.rejected.values():
                 rejected[message.split(":", 1)[0][:120]] += 1
-            tally = counts([result])
+            per_rule = counts([result])
             print(
                 f"seed {seed} {mode} (cilium {diff.version}): {len(result.outcomes)} Services"
                 f" in {result.seconds:.1f} s; "
-                + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())),
+                + ", ".join(f"{k} {v}" for k, v in sorted(per_rule.items())),
                 flush=True,
             )
             for outcome in result.unexplained()[:1]:
@@ -72,6 +82,37 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {n:5}  {message}")
     print(f"wall {wall:.0f} s; {machine()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     return 1 if failures else 0
+
+
+_LINE = re.compile(r"^seed (\d+) (\w+) \(cilium (\S+)\): (\d+) Services in [\d.]+ s; (.*)$")
+
+
+def tally(paths: list[str]) -> int:
+    """``--tally``: Services per rule summed over the ``seed ...`` lines of ``paths``
+    (each seed and mode counted once); exit code 1 if any line counts ``unexplained``."""
+    seen: dict[tuple[int, str], Counter[str]] = {}
+    versions: set[str] = set()
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            match = _LINE.match(line)
+            if match is None:
+                continue
+            seed, mode, version, _, rules = match.groups()
+            versions.add(version)
+            seen[int(seed), mode] = Counter(
+                {name: int(n) for name, n in (part.rsplit(" ", 1) for part in rules.split(", "))}
+            )
+    total: Counter[str] = Counter()
+    for counted in seen.values():
+        total.update(counted)
+    modes = Counter(mode for _, mode in seen)
+    print(
+        f"Services per rule over {len(seen)} clusters ({sum(total.values())} Services;"
+        f" cilium {', '.join(sorted(versions))}; {dict(modes)}):"
+    )
+    for rule in ["identical", *RULES, "unexplained"]:
+        print(f"  {rule:24} {total.get(rule, 0):7}")
+    return 1 if total.get("unexplained") else 0
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ other, counts per rule, rejections, shrink and exit 1 on an unexplained differen
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -64,3 +65,24 @@ def test_counts_rules_and_fails_on_an_unexplained_difference(
     }
     assert "unexplained difference, seed 2, --default-lb-service-ipam lbipam: ns/c" in out
     assert "    4  422 Node is invalid" in out
+
+
+def test_tally_sums_earlier_runs_once_per_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    first.write_text(
+        "bench_differential: 2 clusters\n"
+        "seed 1 lbipam (cilium v1.20.2): 3 Services in 1.0 s; canonical-addresses 1, identical 2\n"
+        "Traceback (most recent call last):\n"
+    )
+    second.write_text(
+        "seed 1 lbipam (cilium v1.20.2): 3 Services in 1.0 s; canonical-addresses 1, identical 2\n"
+        "seed 2 nodeipam (cilium v1.20.2): 2 Services in 1.0 s; identical 1, unexplained 1\n"
+    )
+    assert bench_differential.main(["--tally", str(first), str(second)]) == 1
+    out = capsys.readouterr().out
+    assert "over 2 clusters (5 Services; cilium v1.20.2; {'lbipam': 1, 'nodeipam': 1})" in out
+    assert "  identical                      3" in out
+    assert "  canonical-addresses            1" in out
+    assert "  unexplained                    1" in out
