@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import ipaddress
 import json
 import os
 import ssl
@@ -37,6 +36,7 @@ from typing import Any, Self
 import httpx
 import yaml
 
+from app.core.views import canonical_ip
 from app.preview.run import run_preview
 from tests.controlplane.build import Binaries
 from tests.controlplane.plane import ControlPlane
@@ -48,7 +48,8 @@ IDENTICAL = "identical"
 RULES = {
     "canonical-addresses": (
         "docs/design.md §4.8: addresses in canonical text, deduplicated after that"
-        " (Cilium writes each Node address as spelled and dedups raw strings)"
+        " (Cilium writes each Node address as spelled, e.g. FD00::A, ::ffff:10.0.0.7,"
+        " 010.000.000.001, and dedups the raw strings)"
     ),
     "family-numeric-order": (
         "docs/design.md §4.8: ordered by family as in spec.ipFamilies, then numerically"
@@ -61,25 +62,21 @@ PATCH only on change; narrower requeues; Events; admission) do not change what a
 ends with and are checked by the migration test (:mod:`tests.peers.cilium.test_migration`)."""
 
 
-def _canonical(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    address = ipaddress.ip_address(text)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
+def _parse(text: str) -> tuple[str, str, int]:
+    parsed = canonical_ip(text)
+    if parsed is None:
+        raise ValueError(f"not an IP address: {text!r}")
+    return parsed
 
 
 def cilium_ips_our_way(ips: Sequence[str], families: Sequence[str]) -> list[str]:
-    """Cilium's ingress IPs in our form (§4.5): canonical, deduplicated, by family in the
-    order of ``families`` (``spec.ipFamilies``), then numerically. Raises ``ValueError``
-    for a string that is not an IP (Cilium never writes one)."""
+    """Cilium's ingress IPs in our form (§4.5): canonical (:func:`app.core.views.canonical_ip`),
+    deduplicated, by family in the order of ``families`` (``spec.ipFamilies``), then
+    numerically. Raises ``ValueError`` for a string that is not an IP to us."""
     order = {family: i for i, family in enumerate(families)}
-    unique = {_canonical(ip) for ip in ips}
-
-    def key(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> tuple[int, int]:
-        family = "IPv4" if address.version == 4 else "IPv6"
-        return order.get(family, len(order)), int(address)
-
-    return [str(address) for address in sorted(unique, key=key)]
+    unique = {_parse(ip) for ip in ips}
+    ordered = sorted(unique, key=lambda p: (order.get(p[1], len(order)), p[2]))
+    return [text for text, _, _ in ordered]
 
 
 def classify(cilium: Sequence[str], ours: Sequence[str], families: Sequence[str]) -> str | None:
@@ -95,16 +92,18 @@ def classify(cilium: Sequence[str], ours: Sequence[str], families: Sequence[str]
     if ours_way != list(ours):
         return None
     raw_sorted_canonical = sorted(set(cilium)) == sorted(ours_way) and all(
-        str(_canonical(ip)) == ip for ip in cilium
+        _parse(ip)[0] == ip for ip in cilium
     )
     return "family-numeric-order" if raw_sorted_canonical else "canonical-addresses"
 
 
 @dataclasses.dataclass
 class Outcome:
-    """One Service's results: ``cilium`` and ``serve`` the ingress IPs each left from a
-    blank status, ``preview`` preview's (``None``: it would not write), ``rule`` from
-    :func:`classify` (``None``: unexplained), ``entries`` Cilium's stored entries."""
+    """One Service's results: ``key`` ``namespace/name``, ``families`` its
+    ``spec.ipFamilies``; ``cilium`` and ``serve`` the ingress IPs each left from a blank
+    status, ``preview`` preview's (``None``: it would not write); ``rule`` from
+    :func:`classify` (``None``: unexplained); ``problem`` what else disagreed (preview
+    and serve, or an ``ipMode`` other than ``VIP``), empty when nothing did."""
 
     key: str
     families: list[str]
@@ -141,7 +140,7 @@ class Api:
         self.http = httpx.Client(
             base_url=plane.url,
             verify=context,
-            timeout=30,
+            timeout=60,
             limits=httpx.Limits(max_connections=12, max_keepalive_connections=12),
         )
 
@@ -153,12 +152,22 @@ class Api:
         *,
         content_type: str = "application/json",
     ) -> tuple[int, Any]:
-        """``(status, decoded JSON)`` of one request (``body`` sent as JSON)."""
+        """``(status, decoded JSON)`` of one request (``body`` sent as JSON). A transport
+        error (a read timeout of a loaded server) is retried twice; a retried POST that
+        finds its object created (409) counts as created (201)."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = content_type
-        response = self.http.request(method, path, content=data, headers=headers)
+        for attempt in range(3):
+            try:
+                response = self.http.request(method, path, content=data, headers=headers)
+                break
+            except httpx.TransportError:
+                if attempt == 2:
+                    raise
+        if attempt and method == "POST" and response.status_code == 409:
+            return 201, {}
         try:
             return response.status_code, response.json()
         except ValueError:
@@ -277,6 +286,7 @@ class Serve:
 
     def start(self) -> Self:
         """Start ``serve`` and return once ``/readyz`` answers (fails the test otherwise)."""
+        self.ca.unlink(missing_ok=True)  # an earlier run's CA would never verify this one
         args = [
             sys.executable,
             "-m",
@@ -293,6 +303,8 @@ class Serve:
             str(self.ca),
             "--default-lb-service-ipam",
             self.mode,
+            "--health-probe-bind-address",
+            "0",  # off: its default is every address's :8081, one per machine
         ]
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
@@ -310,29 +322,32 @@ class Serve:
             except httpx.HTTPError:
                 return False
 
-        wait_for(up, "serve answers /readyz", timeout=60)
+        wait_for(up, "serve answers /readyz", timeout=180)  # 4 at once at load 20: > 60 s
         return self
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
 
     def _cached(self, namespace: str, count: int) -> bool:
+        """serve's cache holds ``count`` Services of ``namespace`` and every key its work
+        queue took in has been reconciled (``workqueue_adds_total`` equals the sum of
+        ``controller_runtime_reconcile_total``, counted after the status write)."""
         assert self.process is not None and self.process.poll() is None, self.tail()
         assert self.http is not None
         got = self.http.get(f"{self.url}/preview/{namespace}", params={"limit": 500})
         if got.status_code != 200 or len(got.json().get("items", [])) < count:
             return False
-        metrics = self.http.get(f"{self.url}/metrics").text
-        depth = [
-            float(line.rsplit(" ", 1)[1])
-            for line in metrics.splitlines()
-            if line.startswith("workqueue_depth{")
-        ]
-        return not any(depth)
+        totals = {"workqueue_adds_total{": 0.0, "controller_runtime_reconcile_total{": 0.0}
+        for line in self.http.get(f"{self.url}/metrics").text.splitlines():
+            for prefix in totals:
+                if line.startswith(prefix):
+                    totals[prefix] += float(line.rsplit(" ", 1)[1])
+        adds, reconciles = totals.values()
+        return adds == reconciles
 
     def wait_quiet(self, namespace: str, count: int, *, timeout: float = 60.0) -> float:
-        """Until serve's cache holds ``count`` Services of ``namespace``, its work queue is
-        empty and the server's services/status requests stopped moving for 1 s."""
+        """Until serve's cache holds ``count`` Services of ``namespace``, everything queued
+        is reconciled and the server's services/status requests stopped moving for 1 s."""
         return wait_quiet(self.plane, timeout=timeout, ready=lambda: self._cached(namespace, count))
 
     def stop(self) -> None:
