@@ -16,23 +16,13 @@ import time
 from pathlib import Path
 
 from tests.controlplane.__main__ import _on_signal, _Stop
+from tests.controlplane.__main__ import cmd_build as cmd_controlplane_build
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    """Build or find the binaries (tests/controlplane) and the three images."""
-    from tests.cluster.images import build_images
-    from tests.controlplane.build import ControlPlaneUnavailable, build
-
-    try:
-        binaries = build(interval=args.interval)
-        images = build_images()
-    except ControlPlaneUnavailable as err:
-        print(f"cluster: {err}", file=sys.stderr)
-        return 2
-    print(f"binaries: {binaries.directory}")
-    for archive, ref in images.archives():
-        print(f"{archive}: {ref}")
-    return 0
+    """The binaries and the three images: what ``python3 -m tests.controlplane build``
+    builds (the same command)."""
+    return cmd_controlplane_build(args)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
