@@ -83,6 +83,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_purge(args: argparse.Namespace) -> int:
+    """Remove the remains of clusters whose owner process died (see purge_abandoned)."""
+    from tests.cluster.cluster import purge_abandoned
+
+    for cluster_id in purge_abandoned(dry_run=args.dry_run):
+        print(f"{'would remove' if args.dry_run else 'removed'} {cluster_id}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
@@ -95,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--kubeconfig", required=True, help="where to write the admin kubeconfig")
     p_up.add_argument("--keep-logs", type=Path, help="copy the logs here when stopping")
     p_up.set_defaults(func=cmd_up)
+    p_purge = sub.add_parser("purge", help="remove what SIGKILLed clusters left behind")
+    p_purge.add_argument("--dry-run", action="store_true", help="only list them")
+    p_purge.set_defaults(func=cmd_purge)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

@@ -599,7 +599,9 @@ def test_a_stopped_kubelet_makes_its_node_leave_after_the_grace_period(
         figure(f"Ready transition -> address gone (s, grace {grace})", round(since, 1))
         remaining = ingress_ips(release, "web-internal")
         assert remaining and all(ask(release, ip, 8081) for ip in remaining)
-        assert grace - 1 <= since <= grace + 5, f"left {since:.1f} s after the transition"
+        # Not before the grace period (-1 s: whole seconds); the upper bound is loose (a
+        # loaded machine), the figure is what the README reports.
+        assert grace - 1 <= since <= grace + 10, f"left {since:.1f} s after the transition"
         assert left > marked
     finally:
         release.start_kubelet(node)
