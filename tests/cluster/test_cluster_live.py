@@ -40,6 +40,9 @@ SERVICES: dict[str, tuple[int, str, str | None]] = {
     "web-local": (8082, "Local", INTERNAL_NODES),
 }
 FIGURES: dict[str, Any] = {}
+# Tests that roll the release (a helm upgrade replaces both Pods one by one, 20-40 s each
+# on a loaded 2-core machine) get more than the suite's 120 s.
+ROLLING_TIMEOUT = 240
 INSTALLED: dict[str, float] = {}
 
 
@@ -341,7 +344,8 @@ def test_kubectl_get_svc_shows_the_external_ips(release: Cluster) -> None:
         ips = ingress_ips(release, name)
         assert ips, name
         row = next(line for line in table.splitlines() if line.split()[0] == name)
-        assert ",".join(ips) in row or all(ip in row for ip in ips[:1]), row
+        # kubectl joins the addresses with commas (and may cut a long list short).
+        assert row.split()[3].startswith(ips[0]), row
     # Default settings, ExternalIP preference (design §4.4): one node has ExternalIPs,
     # so a Service that may use every node lists only those.
     external = next(n for n in release.nodes if n.external_ipv4)
@@ -436,6 +440,7 @@ def test_no_request_fails_during_a_rollout(release: Cluster) -> None:
     assert result.failed == [], result.failed[:10]
 
 
+@pytest.mark.timeout(ROLLING_TIMEOUT)
 def test_ip_mode_proxy_is_published_and_kube_proxy_stops_answering(
     release: Cluster, helm: Path
 ) -> None:
@@ -550,15 +555,18 @@ def pod_names(cluster: Cluster) -> set[str]:
     }
 
 
+@pytest.mark.timeout(ROLLING_TIMEOUT)
 def test_helm_upgrade_rolls_the_pods_without_a_status_write(release: Cluster, helm: Path) -> None:
     before, pods = resource_versions(release), pod_names(release)
     helm_upgrade(helm, release, "--set", "settings.log-level=debug")
     wait_for("a new leader", lambda: lease_holder(release).split("_")[0] not in pods)
     time.sleep(5)  # the new leader's first full reconcile
-    assert not (pod_names(release) & pods), "the Pods did not roll"
+    # The old Pods may still be terminating (their grace period) on a loaded machine.
+    wait_for("the old Pods to be gone", lambda: not (pod_names(release) & pods), timeout=60)
     assert resource_versions(release) == before
 
 
+@pytest.mark.timeout(ROLLING_TIMEOUT)
 def test_a_stopped_kubelet_makes_its_node_leave_after_the_grace_period(
     release: Cluster, helm: Path
 ) -> None:
