@@ -36,7 +36,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -779,15 +779,9 @@ disabled_plugins = [
     # -- stopping ------------------------------------------------------------------------
     def _kill_cgroup_processes(self, node: Node) -> None:
         """SIGKILL every process left in the node's cgroups (its containers)."""
-        for _ in range(50):
-            pids = _cgroup_pids(node.cgroup_root)
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.1)
-        raise ClusterError(f"{node.name}: processes left in its cgroups: {sorted(pids)}")
+        left = _kill_until_gone(lambda: _cgroup_pids(node.cgroup_root))
+        if left:
+            raise ClusterError(f"{node.name}: processes left in its cgroups: {sorted(left)}")
 
     def _kill_shims(self, node: Node) -> None:
         """SIGKILL the node's containerd-shim-runc-v2 processes (started with
@@ -882,6 +876,21 @@ def _make_cgroups(cgroup_root: str) -> None:
         if hierarchy.name == "cpuset":
             for name in ("cpuset.cpus", "cpuset.mems"):
                 (path / name).write_text((hierarchy / name).read_text())
+
+
+def _kill_until_gone(find: Callable[[], set[int]], *, tries: int = 50) -> set[int]:
+    """SIGKILL the processes ``find()`` returns until it returns none (every 0.1 s, at
+    most ``tries`` times); returns what is still there (empty when all are gone)."""
+    pids = find()
+    for _ in range(tries):
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+        pids = find()
+    return pids
 
 
 def _cgroup_pids(cgroup_root: str) -> set[int]:
@@ -1005,15 +1014,13 @@ def purge_abandoned(*, dry_run: bool = False) -> list[str]:
         if dry_run:
             continue
         roots = {"/" + top.name for h in _hierarchies() for top in h.glob(f"{cluster_id}-*")}
-        for _ in range(50):  # the containers (under their shims, which outlive the owner)
+
+        def remaining(workdir: Path = workdir, roots: set[str] = roots) -> set[int]:
+            # The containers (under their shims, which outlive the owner) and the shims.
             pids = {pid for root in roots for pid in _cgroup_pids(root)}
-            pids |= {pid for pid, _ in _processes_mentioning(str(workdir))} - {os.getpid()}
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.1)
+            return pids | ({pid for pid, _ in _processes_mentioning(str(workdir))} - {os.getpid()})
+
+        _kill_until_gone(remaining)
         _unmount_under(workdir)
         for root in roots:
             _remove_cgroups(root)
