@@ -16,23 +16,13 @@ import time
 from pathlib import Path
 
 from tests.controlplane.__main__ import _on_signal, _Stop
+from tests.controlplane.__main__ import cmd_build as cmd_controlplane_build
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    """Build or find the binaries (tests/controlplane) and the three images."""
-    from tests.cluster.images import build_images
-    from tests.controlplane.build import ControlPlaneUnavailable, build
-
-    try:
-        binaries = build(interval=args.interval)
-        images = build_images()
-    except ControlPlaneUnavailable as err:
-        print(f"cluster: {err}", file=sys.stderr)
-        return 2
-    print(f"binaries: {binaries.directory}")
-    for archive, ref in images.archives():
-        print(f"{archive}: {ref}")
-    return 0
+    """The binaries and the three images: what ``python3 -m tests.controlplane build``
+    builds (the same command)."""
+    return cmd_controlplane_build(args)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -93,6 +83,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_purge(args: argparse.Namespace) -> int:
+    """Remove the remains of clusters whose owner process died (see purge_abandoned)."""
+    from tests.cluster.cluster import purge_abandoned
+
+    for cluster_id in purge_abandoned(dry_run=args.dry_run):
+        print(f"{'would remove' if args.dry_run else 'removed'} {cluster_id}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
@@ -105,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--kubeconfig", required=True, help="where to write the admin kubeconfig")
     p_up.add_argument("--keep-logs", type=Path, help="copy the logs here when stopping")
     p_up.set_defaults(func=cmd_up)
+    p_purge = sub.add_parser("purge", help="remove what SIGKILLed clusters left behind")
+    p_purge.add_argument("--dry-run", action="store_true", help="only list them")
+    p_purge.set_defaults(func=cmd_purge)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

@@ -36,7 +36,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ KUBELET_SYSCTLS = {
     "kernel/keys/root_maxbytes": "25000000",
 }
 MNT_DETACH = 2
+OWNER_FILE = "owner.pid"  # in the work dir: the process that made the cluster
 
 
 class ClusterError(RuntimeError):
@@ -192,6 +193,7 @@ class Cluster:
         self.binaries, self.images = binaries, images
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.id}-"))
         self.workdir.chmod(0o755)
+        (self.workdir / OWNER_FILE).write_text(f"{os.getpid()}\n")
         self.log_dir = self.workdir / "logs"
         self.log_dir.mkdir()
         try:
@@ -777,15 +779,9 @@ disabled_plugins = [
     # -- stopping ------------------------------------------------------------------------
     def _kill_cgroup_processes(self, node: Node) -> None:
         """SIGKILL every process left in the node's cgroups (its containers)."""
-        for _ in range(50):
-            pids = _cgroup_pids(node.cgroup_root)
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.1)
-        raise ClusterError(f"{node.name}: processes left in its cgroups: {sorted(pids)}")
+        left = _kill_until_gone(lambda: _cgroup_pids(node.cgroup_root))
+        if left:
+            raise ClusterError(f"{node.name}: processes left in its cgroups: {sorted(left)}")
 
     def _kill_shims(self, node: Node) -> None:
         """SIGKILL the node's containerd-shim-runc-v2 processes (started with
@@ -880,6 +876,21 @@ def _make_cgroups(cgroup_root: str) -> None:
         if hierarchy.name == "cpuset":
             for name in ("cpuset.cpus", "cpuset.mems"):
                 (path / name).write_text((hierarchy / name).read_text())
+
+
+def _kill_until_gone(find: Callable[[], set[int]], *, tries: int = 50) -> set[int]:
+    """SIGKILL the processes ``find()`` returns until it returns none (every 0.1 s, at
+    most ``tries`` times); returns what is still there (empty when all are gone)."""
+    pids = find()
+    for _ in range(tries):
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+        pids = find()
+    return pids
 
 
 def _cgroup_pids(cgroup_root: str) -> set[int]:
@@ -981,3 +992,50 @@ def leftovers(cluster_id: str, workdir: Path) -> list[str]:
     if CNI_CACHE.is_dir():
         found += [f"cni cache {p}" for p in CNI_CACHE.glob(f"{cluster_id}-*")]
     return found
+
+
+def purge_abandoned(*, dry_run: bool = False) -> list[str]:
+    """Remove what is left of clusters whose owner died without stopping them (a
+    SIGKILLed ``up`` or test run: its children die with it, PR_SET_PDEATHSIG, but
+    mounts, cgroups, namespaces and the work dir stay). A cluster counts as abandoned
+    when its work dir ``<tmp>/<id>-*`` names, in ``owner.pid``, a process that no longer
+    exists; clusters with a live owner are never touched. Returns the ids handled."""
+    handled = []
+    for workdir in Path(tempfile.gettempdir()).glob(f"{PREFIX}????-*"):
+        owner = workdir / OWNER_FILE
+        try:
+            pid = int(owner.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if Path(f"/proc/{pid}").exists():
+            continue
+        cluster_id = workdir.name.split("-", 1)[0]
+        handled.append(cluster_id)
+        if dry_run:
+            continue
+        roots = {"/" + top.name for h in _hierarchies() for top in h.glob(f"{cluster_id}-*")}
+
+        def remaining(workdir: Path = workdir, roots: set[str] = roots) -> set[int]:
+            # The containers (under their shims, which outlive the owner) and the shims.
+            pids = {pid for root in roots for pid in _cgroup_pids(root)}
+            return pids | ({pid for pid, _ in _processes_mentioning(str(workdir))} - {os.getpid()})
+
+        _kill_until_gone(remaining)
+        _unmount_under(workdir)
+        for root in roots:
+            _remove_cgroups(root)
+        if CONTAINER_LOGS.is_dir():
+            for link in CONTAINER_LOGS.iterdir():
+                with contextlib.suppress(OSError):
+                    if link.is_symlink() and os.readlink(link).startswith(str(workdir)):
+                        link.unlink()
+        if NETNS_DIR.is_dir():
+            for netns in NETNS_DIR.glob(f"{cluster_id}-*"):
+                _run("ip", "netns", "delete", netns.name, check=False)
+        if _link_exists(cluster_id):
+            _run("ip", "link", "delete", cluster_id, check=False)
+        if CNI_CACHE.is_dir():
+            for entry in CNI_CACHE.glob(f"{cluster_id}-*"):
+                entry.unlink()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return handled

@@ -1,11 +1,12 @@
-"""The session fixture ``cluster``: one real cluster (README.md here) for the tests of this
-directory, brought up once and removed at the end of the session.
+"""The module fixture ``cluster``: one real cluster (README.md here) for the tests of a
+module, brought up once and removed (nothing left, asserted) after its last test.
 
 Its tests are marked ``controlplane`` (through ``control_plane_binaries``) and
 ``cluster``. The images are built after collection (outside every test's timeout) when
-they are not cached; the first test that uses the fixture gets a longer timeout, for
-bringing the cluster up. Without root, containerd, runc or the CNI plugins the tests are
-skipped, or fail under ``NODE_IPAM_REQUIRE_CONTROL_PLANE=1`` (set by ``.ci/run``).
+they are not cached; the first test that sets up the cluster, and the first that sets
+up the Helm release on it, get a longer timeout for that setup. Without root,
+containerd, runc or the CNI plugins the tests are skipped, or fail under
+``NODE_IPAM_REQUIRE_CONTROL_PLANE=1`` (set by ``.ci/run``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.cluster import CNI_BIN, Cluster, leftovers
+from tests.cluster.cluster import CNI_BIN, Cluster, leftovers, purge_abandoned
 from tests.cluster.images import Images, build_images, find_images
 from tests.controlplane.build import Binaries, ControlPlaneUnavailable
 from tests.controlplane.pytest_plugin import REQUIRE_ENV
@@ -24,8 +25,10 @@ from tests.controlplane.pytest_plugin import REQUIRE_ENV
 FIXTURE = "cluster"
 FIXTURES = (FIXTURE, "cluster_images", "cluster_prerequisites")
 NODES = 3
-# Bringing the cluster up (~40-70 s on the 2-core machine) runs in the first test's setup.
+# Bringing the cluster up (~30-60 s on the 2-core machine) and installing the release
+# (~15-50 s) run in the setup of the first test that needs each.
 FIRST_TEST_TIMEOUT = 300
+LONG_FIXTURES = (FIXTURE, "release")
 _IMAGES_ERROR = pytest.StashKey[str]()
 
 
@@ -34,14 +37,16 @@ def _uses_cluster(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the cluster's tests ``cluster``; give the first one the time to bring it up."""
-    first = True
+    """Mark the cluster's tests ``cluster``; give the first test that sets up one of the
+    long fixtures (the cluster, the Helm release on it) the time that setup takes."""
+    pending = set(LONG_FIXTURES)
     for item in items:
         if _uses_cluster(item):
             item.add_marker(pytest.mark.cluster)
-            if first:
+            names = set(getattr(item, "fixturenames", ())) & pending
+            if names:
                 item.add_marker(pytest.mark.timeout(FIRST_TEST_TIMEOUT))
-                first = False
+                pending -= names
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -100,10 +105,12 @@ def cluster_images(request: pytest.FixtureRequest) -> Images:
 
 @pytest.fixture(scope="session")
 def cluster_prerequisites() -> None:
-    """Skips (or fails, see the module doc) when a cluster cannot run here."""
+    """Skips (or fails, see the module doc) when a cluster cannot run here; removes what
+    killed earlier runs left (``purge_abandoned``: only clusters whose owner is gone)."""
     reason = _missing()
     if reason is not None:
         _unavailable(reason)
+    purge_abandoned()
 
 
 @pytest.fixture(scope="module")

@@ -141,7 +141,7 @@ def write_oci_archive(
     is ``/<name>`` running as ``user``, the manifest, and ``index.json`` naming it
     ``reference`` (annotations ``io.containerd.image.name`` and
     ``org.opencontainers.image.ref.name``, which ``ctr images import`` reads). Layout per
-    the OCI image spec v1.1 (image-layout.md, manifest.md, config.md)."""
+    the OCI image spec v1.1 (its image layout, manifest and config chapters)."""
     layer_buf = io.BytesIO()
     with tarfile.open(fileobj=layer_buf, mode="w", format=tarfile.PAX_FORMAT) as layer:
         data = binary.read_bytes()

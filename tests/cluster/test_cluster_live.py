@@ -9,6 +9,7 @@ and asserted only where the contract gives a bound.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -39,6 +40,9 @@ SERVICES: dict[str, tuple[int, str, str | None]] = {
     "web-local": (8082, "Local", INTERNAL_NODES),
 }
 FIGURES: dict[str, Any] = {}
+# Tests that roll the release (a helm upgrade replaces both Pods one by one, 20-40 s each
+# on a loaded 2-core machine) get more than the suite's 120 s.
+ROLLING_TIMEOUT = 240
 INSTALLED: dict[str, float] = {}
 
 
@@ -340,7 +344,8 @@ def test_kubectl_get_svc_shows_the_external_ips(release: Cluster) -> None:
         ips = ingress_ips(release, name)
         assert ips, name
         row = next(line for line in table.splitlines() if line.split()[0] == name)
-        assert ",".join(ips) in row or all(ip in row for ip in ips[:1]), row
+        # kubectl joins the addresses with commas (and may cut a long list short).
+        assert row.split()[3].startswith(ips[0]), row
     # Default settings, ExternalIP preference (design §4.4): one node has ExternalIPs,
     # so a Service that may use every node lists only those.
     external = next(n for n in release.nodes if n.external_ipv4)
@@ -435,6 +440,7 @@ def test_no_request_fails_during_a_rollout(release: Cluster) -> None:
     assert result.failed == [], result.failed[:10]
 
 
+@pytest.mark.timeout(ROLLING_TIMEOUT)
 def test_ip_mode_proxy_is_published_and_kube_proxy_stops_answering(
     release: Cluster, helm: Path
 ) -> None:
@@ -549,15 +555,18 @@ def pod_names(cluster: Cluster) -> set[str]:
     }
 
 
+@pytest.mark.timeout(ROLLING_TIMEOUT)
 def test_helm_upgrade_rolls_the_pods_without_a_status_write(release: Cluster, helm: Path) -> None:
     before, pods = resource_versions(release), pod_names(release)
     helm_upgrade(helm, release, "--set", "settings.log-level=debug")
     wait_for("a new leader", lambda: lease_holder(release).split("_")[0] not in pods)
     time.sleep(5)  # the new leader's first full reconcile
-    assert not (pod_names(release) & pods), "the Pods did not roll"
+    # The old Pods may still be terminating (their grace period) on a loaded machine.
+    wait_for("the old Pods to be gone", lambda: not (pod_names(release) & pods), timeout=60)
     assert resource_versions(release) == before
 
 
+@pytest.mark.timeout(ROLLING_TIMEOUT)
 def test_a_stopped_kubelet_makes_its_node_leave_after_the_grace_period(
     release: Cluster, helm: Path
 ) -> None:
@@ -583,7 +592,7 @@ def test_a_stopped_kubelet_makes_its_node_leave_after_the_grace_period(
                 return str(cond["lastTransitionTime"])
             return None
 
-        wait_for("node-2 NotReady and tainted", not_ready, timeout=60)
+        transition = wait_for("node-2 NotReady and tainted", not_ready, timeout=60)
         marked = time.monotonic()
         wait_for(
             "node-2's addresses to leave web-internal",
@@ -591,12 +600,17 @@ def test_a_stopped_kubelet_makes_its_node_leave_after_the_grace_period(
             timeout=60,
             interval=0.2,
         )
-        left = time.monotonic()
+        left, left_wall = time.monotonic(), time.time()
+        # lastTransitionTime has whole seconds: the grace is checked to +-1 s.
+        since = left_wall - datetime.datetime.fromisoformat(transition).timestamp()
         figure("kubelet stopped -> NotReady + taint (s)", round(marked - stopped, 1))
-        figure(f"NotReady -> address gone (s, grace {grace})", round(left - marked, 1))
+        figure(f"Ready transition -> address gone (s, grace {grace})", round(since, 1))
         remaining = ingress_ips(release, "web-internal")
         assert remaining and all(ask(release, ip, 8081) for ip in remaining)
-        assert left - marked >= grace - 2, "left before the grace period"
+        # Not before the grace period (-1 s: whole seconds); the upper bound is loose (a
+        # loaded machine), the figure is what the README reports.
+        assert grace - 1 <= since <= grace + 10, f"left {since:.1f} s after the transition"
+        assert left > marked
     finally:
         release.start_kubelet(node)
     wait_for(
@@ -650,6 +664,26 @@ def test_deleting_a_namespace_really_deletes_it(release: Cluster) -> None:
     assert kubectl(release, "get", "namespace", "short-lived", "--ignore-not-found") == ""
 
 
+def run_uninstall_block(cluster: Cluster, block: str, env: dict[str, str]) -> None:
+    """Run a deploy/README.md uninstall block verbatim (``bash -euo pipefail``, from the
+    repository root); assert it exits 0 and that the namespace controller then really
+    deletes namespace node-ipam-lb."""
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    wait_for(
+        "namespace node-ipam-lb to be gone",
+        lambda: kubectl(cluster, "get", "namespace", NAMESPACE, "--ignore-not-found") == "",
+    )
+
+
 def test_documented_helm_uninstall_leaves_nothing(release: Cluster, helm: Path) -> None:
     (block,) = [b for b in code_blocks(section("Uninstall"), "sh") if "helm uninstall" in b]
     env = {
@@ -657,20 +691,7 @@ def test_documented_helm_uninstall_leaves_nothing(release: Cluster, helm: Path) 
         "PATH": f"{helm.parent}{os.pathsep}{os.environ['PATH']}",
         "KUBECONFIG": str(release.kubeconfig_path),
     }
-    result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", block],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    wait_for(
-        "namespace node-ipam-lb to be gone",
-        lambda: kubectl(release, "get", "namespace", NAMESPACE, "--ignore-not-found") == "",
-    )
+    run_uninstall_block(release, block, env)
     left = kubectl(
         release,
         "get",
@@ -684,3 +705,35 @@ def test_documented_helm_uninstall_leaves_nothing(release: Cluster, helm: Path) 
     assert left == ""
     # The Services keep their last status (no finalizer): traffic still flows.
     assert every_address_answers_cluster(release)
+
+
+def test_kubectl_apply_k_deploy_then_the_documented_uninstall(release: Cluster) -> None:
+    """After the Helm release is gone: ``kubectl apply -k deploy/`` (the default image
+    name ``node-ipam-lb`` with the kustomization's tag, as on kind after ``kind load``),
+    both Pods Ready, a new Service gets addresses that answer, the webhook Pod denies a
+    malformed selector; then deploy/README.md's kustomize uninstall block, verbatim."""
+    started = time.monotonic()
+    kubectl(release, "apply", "-k", str(ROOT / "deploy"))
+    rolled_out(release, NAMESPACE, "node-ipam-lb")
+    figure("kubectl apply -k deploy/ -> rollout complete (s)", round(time.monotonic() - started, 1))
+    apply(release, service_manifest("web-kustomize", 8083, "Cluster", INTERNAL_NODES))
+    ips = wait_for("web-kustomize's addresses", lambda: ingress_ips(release, "web-kustomize"))
+    wait_for("each of them to answer", lambda: all(answers(release, ip, 8083) for ip in ips))
+    figure(
+        "kubectl apply -k deploy/ -> a new Service answers (s)",
+        round(time.monotonic() - started, 1),
+    )
+    bad = service_manifest("bad-kustomize", 9998, "Cluster", "role in (edge")
+
+    def denied() -> str | None:
+        try:
+            apply(release, bad)
+        except KubectlError as err:
+            return str(err.stderr)
+        kubectl(release, "-n", APP, "delete", "service", "bad-kustomize", "--wait=false")
+        return None
+
+    assert "denied the request" in wait_for("a denial", denied, timeout=90)
+    (block,) = [b for b in code_blocks(section("Uninstall"), "sh") if "delete -k deploy/" in b]
+    env = {**os.environ, "KUBECONFIG": str(release.kubeconfig_path)}
+    run_uninstall_block(release, block, env)

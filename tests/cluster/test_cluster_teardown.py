@@ -5,6 +5,7 @@ and nothing of the run is left (processes, mounts, cgroups, namespaces, veths, f
 
 from __future__ import annotations
 
+import ctypes
 import json
 import re
 import signal
@@ -38,6 +39,11 @@ POD = {
 }
 
 
+def _terminate_with_parent() -> None:  # pragma: no cover - runs between fork and exec
+    """``up`` gets SIGTERM (and cleans up) if this test run dies first."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
 @pytest.mark.timeout(300)
 def test_up_then_sigterm_leaves_nothing(
     control_plane_binaries: Binaries,
@@ -62,6 +68,7 @@ def test_up_then_sigterm_leaves_nothing(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_terminate_with_parent,
     )
     try:
         assert proc.stdout is not None
