@@ -48,6 +48,9 @@ class Replica:
                     "127.0.0.1",
                     "--port",
                     str(self.port),
+                    # two replicas on one host: the default :8081 would be taken twice
+                    "--health-probe-bind-address",
+                    "0",
                     "--no-webhook",
                 ],
                 cwd=ROOT,

@@ -70,6 +70,9 @@ class Serve:
                 "127.0.0.1",
                 "--port",
                 str(self.port),
+                # no health-probe listener: :8081 may be another serve's on this machine
+                "--health-probe-bind-address",
+                "0",
                 "--ca-bundle-out",
                 str(self.ca_file),
                 "--default-lb-service-ipam",
