@@ -899,9 +899,11 @@ def _cgroup_pids(cgroup_root: str) -> set[int]:
         top = hierarchy / cgroup_root.lstrip("/")
         if not top.is_dir():
             continue
-        for procs in top.rglob("cgroup.procs"):
-            with contextlib.suppress(OSError):
-                pids.update(int(p) for p in procs.read_text().split())
+        # A cgroup can go while it is walked (runc removes a stopped container's).
+        with contextlib.suppress(OSError):
+            for procs in top.rglob("cgroup.procs"):
+                with contextlib.suppress(OSError):
+                    pids.update(int(p) for p in procs.read_text().split())
     return pids
 
 
@@ -911,7 +913,11 @@ def _remove_cgroups(cgroup_root: str) -> None:
         top = hierarchy / cgroup_root.lstrip("/")
         if not top.is_dir():
             continue
-        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        try:
+            found = [p for p in top.rglob("*") if p.is_dir()]
+        except OSError:  # a cgroup went while walking: walk again
+            found = [p for p in top.rglob("*") if p.is_dir()]
+        dirs = sorted(found, key=lambda p: -len(p.parts))
         for path in [*dirs, top]:
             for _ in range(20):
                 try:
