@@ -457,33 +457,22 @@ def _build_tool(
 
 
 def build_helm(*, progress: Progress = _stderr_progress, interval: float = 15.0) -> Path:
-    """Return the cached ``helm`` binary, building it first when it is missing (same
-    flags, locking and staging as :func:`build`; output in ``<cache>/<key>.build.log``).
+    """Return the cached ``helm`` binary, building it first when it is missing
+    (:func:`build_tool`: same flags, locking and staging as :func:`build`; output in
+    ``<cache>/<key>.build.log``).
 
     Raises :class:`GoNotFound` or :class:`BuildFailed` as :func:`build` does.
     """
     version = helm_version()
-
-    def run(go: str, staging: Path, log: IO[str]) -> None:
-        _go_build(
-            go,
-            name="helm",
-            module=HELM_MODULE,
-            package=HELM_PACKAGE,
-            output=staging / "helm",
-            ldflags=helm_ldflags(version),
-            log=log,
-            progress=progress,
-            interval=interval,
-        )
-
-    return _build_tool(
-        label=f"helm {version}",
+    return build_tool(
+        name="helm",
+        version=version,
         key=helm_cache_key(),
-        find=find_helm,
-        versions={"helm": version},
-        run=run,
+        module=HELM_MODULE,
+        package=HELM_PACKAGE,
+        ldflags=helm_ldflags(version),
         progress=progress,
+        interval=interval,
     )
 
 
