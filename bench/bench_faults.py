@@ -33,15 +33,10 @@ import json
 import signal
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from app import demo
-from app.controller.cache import ClusterCache
-from app.controller.informer import Informer
-from app.core.views import node_view
-from app.kube.client import KubernetesAPI
 from bench.procs import machine
 from tests.controlplane import faults
 from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
@@ -88,53 +83,15 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def _between_pages(plane: ControlPlane) -> dict[str, Any]:
     """Scenario 5 (as test_a_list_compacted_between_pages_is_listed_again)."""
-    run = uuid.uuid4().hex[:6]
-    names = [f"bench-page-{run}-{i}" for i in range(5)]
-    for name in names:
-        plane.request("POST", "/api/v1/nodes", {"metadata": {"name": name}})
-    late = f"bench-page-{run}-late"
-    held_at: dict[str, float] = {}
-
-    def between(token: str) -> None:
-        plane.request("POST", "/api/v1/nodes", {"metadata": {"name": late}})
-        plane.compact_etcd()
-        started = time.monotonic()
-        while plane.request("GET", f"/api/v1/nodes?limit=2&continue={token}")[0] != 410:
-            time.sleep(0.2)
-        held_at["expired_after_s"] = time.monotonic() - started
-        held_at["resumed"] = time.monotonic()
-
-    with plane.api_client() as client:
-        api = faults.PausingAPI(KubernetesAPI(client), between)
-        cache = ClusterCache()
-        informer = Informer(
-            kind="nodes",
-            api=api,  # type: ignore[arg-type]
-            cache=cache,
-            to_view=node_view,
-            handler=lambda kind, changes: None,
-            page_size=2,
-        )
-        informer.start()
-        try:
-            while not cache.kind_synced("nodes"):
-                time.sleep(0.05)
-            synced = time.monotonic()
-            held = {view.name for view in cache.nodes()}
-        finally:
-            informer.stop()
-            informer.join(5)
-    for name in [*names, late]:
-        plane.request("DELETE", f"/api/v1/nodes/{name}")
-    missing = len({*names, late} - held)
+    listed = faults.list_compacted_between_pages(plane, "bench-page")
     return {
         "scenario": "5. List compacted between pages",
         "changes": 1,
-        "lost": missing,
-        "converge_s": round(synced - held_at["resumed"], 2),
-        "fault": f"410 Expired {len(api.errors)}x; token expired "
-        f"{held_at['expired_after_s']:.1f} s after compaction",
-        "relists": informer.lists - 1 + len(api.errors),
+        "lost": len({*listed.names, listed.late} - listed.held),
+        "converge_s": round(listed.synced - listed.resumed, 2),
+        "fault": f"410 Expired {len(listed.errors)}x; token expired "
+        f"{listed.expired_after_s:.1f} s after compaction",
+        "relists": listed.lists - 1 + len(listed.errors),
     }
 
 

@@ -41,7 +41,10 @@ from typing import Any
 import httpx
 
 from app.config import Settings
+from app.controller.cache import ClusterCache
+from app.controller.informer import Informer
 from app.core.dump import Dump, project
+from app.core.views import node_view
 from app.kube.client import ApiError, Kind, KubernetesAPI
 from app.preview.run import preview_dump, would_change
 from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
@@ -54,6 +57,7 @@ from tests.controlplane.serving import (
     start_serve,
     stop,
     tls,
+    wait_for,
 )
 
 SA_USER = f"system:serviceaccount:{NAMESPACE}:{NAMESPACE}"
@@ -602,6 +606,78 @@ class PausingAPI:
         return self._api.watch(
             kind, resource_version=resource_version, timeout_seconds=timeout_seconds
         )
+
+
+@dataclass
+class PagedList:
+    """What :func:`list_compacted_between_pages` saw: the Nodes it created (``names``, and
+    ``late``, created while the List was held), the informer's cache afterwards
+    (``held``), the List errors (``errors``), how many Lists replaced the cache
+    (``lists``), and its timings (``time.monotonic`` seconds): ``expired_after_s`` from
+    compaction until the held continue token answered 410, ``resumed`` when the held List
+    went on, ``synced`` when the cache was synced."""
+
+    names: list[str]
+    late: str
+    held: set[str]
+    errors: list[ApiError]
+    lists: int
+    expired_after_s: float
+    resumed: float
+    synced: float
+
+
+def list_compacted_between_pages(plane: ControlPlane, prefix: str) -> PagedList:
+    """An informer's initial List of Nodes (pages of 2) held after page 1 while a Node is
+    created and etcd compacted until the held continue token is expired (410, at most
+    30 s); then the List goes on and the informer must list again (sync within 60 s).
+    Creates five Nodes ``<prefix>-<run>-<i>`` and one ``…-late``, deletes all six after.
+    Raises AssertionError when a wait runs out. Used by test_faults and bench_faults."""
+    run = uuid.uuid4().hex[:6]
+    names = [f"{prefix}-{run}-{i}" for i in range(5)]
+    for name in names:
+        plane.request("POST", "/api/v1/nodes", {"metadata": {"name": name}})
+    late = f"{prefix}-{run}-late"
+    held_at: dict[str, float] = {}
+
+    def between(token: str) -> None:
+        plane.request("POST", "/api/v1/nodes", {"metadata": {"name": late}})
+        plane.compact_etcd()
+        started = time.monotonic()
+
+        def expired() -> bool:
+            code, _ = plane.request("GET", f"/api/v1/nodes?limit=2&continue={token}")
+            return code == 410
+
+        wait_for(expired, "the continue token expires", timeout=30)
+        held_at["expired_after_s"] = time.monotonic() - started
+        held_at["resumed"] = time.monotonic()
+
+    with plane.api_client() as client:
+        api = PausingAPI(KubernetesAPI(client), between)
+        cache = ClusterCache()
+        informer = Informer(
+            kind="nodes",
+            api=api,  # type: ignore[arg-type]
+            cache=cache,
+            to_view=node_view,
+            handler=lambda kind, changes: None,
+            page_size=2,
+        )
+        informer.start()
+        try:
+            wait_for(lambda: cache.kind_synced("nodes"), "the informer lists", timeout=60)
+            synced = time.monotonic()
+            held = {view.name for view in cache.nodes()}
+        finally:
+            informer.stop()
+            informer.join(5)
+    for name in [*names, late]:
+        plane.request("DELETE", f"/api/v1/nodes/{name}")
+    return PagedList(
+        names, late, held, api.errors, informer.lists,
+        held_at["expired_after_s"], held_at["resumed"], synced,
+    )  # fmt: skip
 
 
 # -- scenarios -------------------------------------------------------------------------

@@ -20,7 +20,6 @@ import json
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,10 +27,6 @@ from typing import Any
 import pytest
 
 from app import demo
-from app.controller.cache import ClusterCache
-from app.controller.informer import Informer
-from app.core.views import node_view
-from app.kube.client import KubernetesAPI
 from tests.controlplane import faults
 from tests.controlplane.build import Binaries
 from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
@@ -188,46 +183,11 @@ def test_a_list_compacted_between_pages_is_listed_again(plane: ControlPlane) -> 
     """The informer's initial List (pages of 2 Nodes) is held after page 1 while a Node
     is created and etcd compacted: page 2 gets the real 410 Expired, the informer lists
     again from the start, and its cache holds every Node, the new one included."""
-    run = uuid.uuid4().hex[:6]
-    names = [f"page-{run}-{i}" for i in range(5)]
-    for name in names:
-        plane.request("POST", "/api/v1/nodes", {"metadata": {"name": name}})
-    late = f"page-{run}-late"
-
-    def between(token: str) -> None:
-        plane.request("POST", "/api/v1/nodes", {"metadata": {"name": late}})
-        plane.compact_etcd()
-
-        def expired() -> bool:
-            code, _ = plane.request("GET", f"/api/v1/nodes?limit=2&continue={token}")
-            return code == 410
-
-        wait_for(expired, "the continue token expires", timeout=30)
-
-    with plane.api_client() as client:
-        api = faults.PausingAPI(KubernetesAPI(client), between)
-        cache = ClusterCache()
-        informer = Informer(
-            kind="nodes",
-            api=api,  # type: ignore[arg-type]
-            cache=cache,
-            to_view=node_view,
-            handler=lambda kind, changes: None,
-            page_size=2,
-        )
-        informer.start()
-        try:
-            wait_for(lambda: cache.kind_synced("nodes"), "the informer lists", timeout=60)
-            held = {view.name for view in cache.nodes()}
-        finally:
-            informer.stop()
-            informer.join(5)
-    for name in [*names, late]:
-        plane.request("DELETE", f"/api/v1/nodes/{name}")
-    assert [e.status for e in api.errors] == [410]
-    assert api.errors[0].reason.startswith(CONTINUE_EXPIRED)
-    assert informer.lists == 1  # the interrupted List never replaced the cache
-    assert {*names, late} <= held
+    listed = faults.list_compacted_between_pages(plane, "page")
+    assert [e.status for e in listed.errors] == [410]
+    assert listed.errors[0].reason.startswith(CONTINUE_EXPIRED)
+    assert listed.lists == 1  # the interrupted List never replaced the cache
+    assert {*listed.names, listed.late} <= listed.held
 
 
 def test_a_stopped_webhook_times_out_is_ignored_and_the_reconciler_reports(
