@@ -73,17 +73,6 @@ def test_kubectl_creates_a_namespace(control_plane: ControlPlane) -> None:
     assert "AlreadyExists" in again.stderr
 
 
-def test_kubectl_applies_the_kind_example_verbatim(control_plane: ControlPlane) -> None:
-    """``kubectl apply -f examples/kind-4node/cluster.yaml`` as a user would run it."""
-    applied = control_plane.kubectl("apply", "-f", str(EXAMPLE), check=False)
-    assert applied.returncode == 0, applied.stdout + applied.stderr
-    listing = yaml.safe_load(EXAMPLE.read_text())
-    assert len(applied.stdout.strip().splitlines()) == len(listing["items"]), applied.stdout
-    services = json.loads(control_plane.kubectl("get", "services", "-o", "json").stdout)["items"]
-    names = {s["metadata"]["name"] for s in services}
-    assert {"nginx-cluster", "nginx-local", "other-class"} <= names
-
-
 def _example_in(namespace: str) -> dict[str, Any]:
     """The example List with its namespaced objects moved to ``namespace``; server-allocated
     Service fields (clusterIP, node ports) are dropped so the server allocates its own."""
