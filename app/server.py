@@ -177,6 +177,9 @@ def build(
     certs = _self_managed_certificates(
         settings, api_client=api_client, is_leader=controller.is_leader
     )
+    if certs is not None:
+        # caBundle is the leader's to write: write it as soon as this replica leads.
+        controller.on_started_leading(certs.wake)
     reloading = tls_context(settings, workdir=workdir)
     app = create_app(
         settings,

@@ -79,6 +79,7 @@ class Controller:
         self._adds = 0
         self._stopping = threading.Event()
         self._workers: list[threading.Thread] = []
+        self._leadership_listeners: list[Callable[[], None]] = []
         self._started = False
         self.recorder = EventRecorder(api=self._api, identity=identity, clock=wall_clock)
         self.elector: LeaderElector | None = None
@@ -232,11 +233,24 @@ class Controller:
             with self._lock:
                 self._adds += added
 
+    def on_started_leading(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` (no arguments, on the leader-election thread, so it must
+        return quickly) each time this replica becomes the Lease holder; an exception it
+        raises is logged and ignored. Not called with ``leader_elect`` false (the replica
+        leads from the start). Other leader-only duties use it to act at once rather than
+        at their next tick (:meth:`app.web.certsync.CertSync.wake`)."""
+        self._leadership_listeners.append(callback)
+
     def _on_started_leading(self) -> None:
         with self._lock:
             self._term_enqueued = False
         self.reconciler.reset()
         self._enqueue_all()
+        for callback in list(self._leadership_listeners):
+            try:
+                callback()
+            except Exception as err:  # a listener must not break leader election
+                LOG.exception("leadership listener failed: %s", err)
 
     def _enqueue_all(self) -> None:
         """Enqueue every Service once per leadership term, as soon as the caches are synced."""

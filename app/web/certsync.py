@@ -99,6 +99,7 @@ class CertSync:
         self.clock = clock
         self.monotonic = monotonic
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_success = monotonic()
 
@@ -303,13 +304,24 @@ class CertSync:
             delay = min(delay * 2, 8.0)
 
     def start(self) -> None:
-        """Run :meth:`sync` every ``interval`` seconds on a daemon thread."""
+        """Run :meth:`sync` at once, then every ``interval`` seconds, on a daemon thread."""
         self._thread = threading.Thread(target=self._loop, name="cert-sync", daemon=True)
         self._thread.start()
+
+    def wake(self) -> None:
+        """Run the next check now instead of at the end of the interval; returns at once.
+
+        The controller calls it when this replica becomes the Lease holder
+        (:meth:`app.controller.manager.Controller.on_started_leading`): the leader alone
+        writes ``caBundle``, and until it does the API server cannot verify the webhook's
+        certificate and, with ``failurePolicy: Ignore``, admits everything unchecked. A
+        fresh install must not wait one ``cert_check_interval_seconds`` (30 s) for that."""
+        self._wake.set()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread (waits at most ``timeout`` seconds)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -337,12 +349,17 @@ class CertSync:
         return True, ""
 
     def _loop(self) -> None:
-        """Check every ``interval`` seconds; after a failure retry sooner, from 1 s
-        doubling up to ``interval``. Any error is logged and the loop goes on: an
-        exception must never end the thread (the certificate would expire unnoticed)."""
-        delay = self.interval
+        """Check at once, then every ``interval`` seconds, and whenever :meth:`wake` is
+        called; after a failure retry sooner, from 1 s doubling up to ``interval``. Any
+        error is logged and the loop goes on: an exception must never end the thread (the
+        certificate would expire unnoticed)."""
+        delay = 0.0
         failures = 0
-        while not self._stop.wait(delay):
+        while True:
+            self._wake.wait(delay)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.sync()
             except (ApiError, CertificateError) as err:

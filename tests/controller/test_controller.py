@@ -400,3 +400,35 @@ def test_caches_synced_is_seen_once_when_two_kinds_finish_listing_together(
         for thread in threads:
             thread.join(5)
     assert [r.getMessage() for r in caplog.records].count("caches synced") == 1
+
+
+def test_leadership_listeners_run_when_the_lease_is_taken_and_one_failing_stops_none(
+    memory_api: MemoryAPI, start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``on_started_leading`` callbacks (the certificate sync's wake-up) run once per term,
+    after the term's own work; one that raises is logged and the next one still runs."""
+    calls: list[str] = []
+    controller = Controller(
+        settings=fast_settings(leader_elect=True),
+        api_client=None,
+        identity="pod-a",
+        api=memory_api,
+    )
+
+    def broken() -> None:
+        calls.append("broken")
+        raise RuntimeError("listener bug")
+
+    controller.on_started_leading(broken)
+    controller.on_started_leading(lambda: calls.append("second"))
+    assert calls == []
+    with caplog.at_level(logging.ERROR, logger="node_ipam_lb.controller"):
+        controller.start()
+        try:
+            wait_until(lambda: calls == ["broken", "second"], what="both listeners called")
+            assert controller.is_leader()
+        finally:
+            controller.stop(timeout=5)
+    assert calls == ["broken", "second"], "called again without a new term"
+    failed = [r for r in caplog.records if r.getMessage().startswith("leadership listener failed")]
+    assert len(failed) == 1 and failed[0].exc_info is not None

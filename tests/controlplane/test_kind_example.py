@@ -36,6 +36,9 @@ def test_kubectl_applies_the_kind_example_verbatim(own_control_plane: ControlPla
         for s in listing["items"]
         if s["kind"] == "Service" and s["spec"].get("type") == "LoadBalancer"
     }
-    got = {s["metadata"]["name"]: [p.get("nodePort") for p in s["spec"]["ports"]]
-           for s in services["items"] if s["metadata"]["name"] in pinned}
+    got = {
+        s["metadata"]["name"]: [p.get("nodePort") for p in s["spec"]["ports"]]
+        for s in services["items"]
+        if s["metadata"]["name"] in pinned
+    }
     assert pinned and got == pinned  # the server kept the ports the example pins

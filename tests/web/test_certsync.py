@@ -11,6 +11,7 @@ import base64
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,32 @@ def test_ca_is_injected_into_both_webhook_configurations_and_put_back_after_a_wi
     leader.sync()
     assert writes(fake_api, "patch", "mutatingwebhookconfigurations") == patches, "no-op sync"
     assert writes(fake_api, "update") == []
+
+
+def test_a_replica_that_becomes_leader_writes_the_ca_bundle_when_woken(
+    fake_api: FakeApiServer, replica: Replica
+) -> None:
+    """The loop checks at once on start and again on :meth:`CertSync.wake` (called at the
+    start of a leadership term), not only every interval (here one hour)."""
+    seed_webhook_configurations(fake_api)
+    leading = threading.Event()
+    sync = replica("pod-a")
+    sync.is_leader = leading.is_set
+    sync.bootstrap(timeout=5)
+    sync.start()
+    reads = len(writes(fake_api, "get"))
+    deadline = time.monotonic() + 5
+    while len(writes(fake_api, "get")) == reads and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(writes(fake_api, "get")) > reads, "no check at start"
+    assert ca_bundles(fake_api) == [None, None], "a standby wrote caBundle"
+    leading.set()
+    sync.wake()
+    ca = stored_secret(fake_api)["data"][CA_CERT]
+    deadline = time.monotonic() + 5
+    while ca_bundles(fake_api) != [ca, ca] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ca_bundles(fake_api) == [ca, ca], "wake() did not run a check"
 
 
 def test_certificate_close_to_expiry_is_renewed_and_served_without_restart(
