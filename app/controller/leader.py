@@ -250,13 +250,29 @@ class LeaderElector:
             self._observed_time = self._clock()
 
     def _after_attempt(self, succeeded: bool, *, started: float) -> None:
-        if succeeded:
-            with self._lock:
+        """Start, keep, end or restart the term after one attempt.
+
+        A term ends once no renew succeeded for ``renew_deadline``: :meth:`is_leader` turned
+        false by the clock at that moment, even while a renew call was still hanging. When
+        that late call then succeeds (kube-apiserver holds requests while etcd restarts)
+        the replica holds the Lease again, but callers were told "not leader" meanwhile and
+        dropped what they saw (the controller enqueues nothing while not leading and
+        relies on the next term's full resync). So it is a *new* term: stopped, then
+        started (at the first renew that leaves us valid by our own clock), and
+        ``on_started_leading`` runs again. client-go never resumes a lapsed
+        term either: ``renew`` giving up ends ``Run`` (``OnStoppedLeading``)."""
+        with self._lock:  # same lock as is_leader(): any "False" it gave is seen here
+            now = self._clock()
+            lapsed = self._leading and now - self._last_renew >= self._renew_deadline
+            if succeeded:
                 self._last_renew = max(self._last_renew, started)
-            if not self._leading:
-                self._set_leading(True)
-        elif self._leading and self._clock() - self._last_renew >= self._renew_deadline:
+            # A renew that took longer than the deadline leaves us holding the Lease but
+            # not valid by our own clock: lead from the next (prompt) renew on.
+            valid = now - self._last_renew < self._renew_deadline
+        if lapsed:
             self._set_leading(False)
+        if succeeded and valid and not self._leading:
+            self._set_leading(True)
 
     def _set_leading(self, leading: bool, *, why: str = "") -> None:
         with self._lock:

@@ -198,3 +198,40 @@ def test_a_missing_lease_namespace_is_reported_once_and_retried_with_backoff(
     assert a.step(), "the namespace was created: the next attempt leads"
     assert a.problem() is None
     assert a.retry_wait() == 2.0
+
+
+@pytest.mark.parametrize(
+    ("hang", "terms"),
+    [
+        (7.0, ["a started"]),  # 2 s since the last renew + 7 s = 9 s < the 10 s deadline
+        (11.0, ["a started", "a stopped", "a started"]),  # the deadline passed meanwhile
+    ],
+)
+def test_a_renew_that_succeeds_after_the_deadline_starts_a_new_term(
+    clocks: Clocks, hang: float, terms: list[str]
+) -> None:
+    """kube-apiserver holds requests while etcd restarts: a renew may hang past the renew
+    deadline and then succeed. ``is_leader`` was false meanwhile (the controller dropped
+    what it saw then), so the replica must not quietly resume the old term: stopped, then
+    started again at the next prompt renew, so ``on_started_leading`` resyncs (found by
+    bench_faults scenario 3). A renew slow but within the deadline keeps the term."""
+    api = MemoryAPI()
+    log: list[str] = []
+    a = elector(api, clocks, "a", log)
+    assert a.step()
+    real = api.read_lease
+
+    def hung(**kwargs: object) -> object:
+        clocks.advance(hang)
+        return real(**kwargs)
+
+    api.read_lease = hung  # type: ignore[method-assign]
+    clocks.advance(2)
+    # Renewed `hang` s after it was sent: valid by our own clock only within the deadline.
+    assert a.step() == (hang < 10)
+    assert log == (terms[:1] if hang < 10 else terms[:2]), "the lapsed term was resumed"
+    api.read_lease = real  # type: ignore[method-assign]
+    for _ in range(2):
+        clocks.advance(2)
+        assert a.step() and a.is_leader()
+        assert log == terms, "a prompt renew is not a new term"
