@@ -269,6 +269,39 @@ class SharedSelections:
         return Outcome.of(select(**inputs))
 
 
+OLDER_VERSIONS_KEPT = 16
+"""At most this many resourceVersions in :attr:`_Written.older` (a chain of writes whose
+echoes have not arrived is a few long even after an outage; beyond, a spare write)."""
+
+
+@dataclass
+class _Written:
+    """Our last status write of one Service, for :meth:`Reconciler._stored`.
+
+    ``older``: the resourceVersions the cache may show while the API server holds this
+    write or a newer one: the version the write went over and, while the chain of our
+    writes goes on without an echo in between, the versions answered to our earlier
+    writes (``answered``: the resourceVersion in this write's answer, ``None`` until the
+    answer came). resourceVersions are compared for equality only (API conventions:
+    opaque)."""
+
+    older: tuple[str | None, ...]
+    ingress: tuple[dict[str, str], ...]
+    answered: str | None = None
+
+    @classmethod
+    def after(
+        cls, previous: _Written | None, *, over: str | None, ingress: tuple[dict[str, str], ...]
+    ) -> _Written:
+        """The record of a write over version ``over`` following ``previous``: the chain
+        goes on when ``over`` is still older than ``previous`` (its echo not seen)."""
+        older: tuple[str | None, ...] = (over,)
+        if previous is not None and over in previous.older:
+            chain = (*previous.older, previous.answered)
+            older = (*(v for v in chain if v is not None and v != over), over)
+        return cls(older=older[-OLDER_VERSIONS_KEPT:], ingress=ingress)
+
+
 class Reconciler:
     """Reconciles Service keys; safe to call from several worker threads (one key is never
     processed by two workers at once: the work queue guarantees it)."""
@@ -295,7 +328,7 @@ class Reconciler:
         self._is_leader = is_leader
         self._wall = wall_clock
         self._lock = threading.Lock()
-        self._written: dict[str, tuple[str | None, tuple[dict[str, str], ...]]] = {}
+        self._written: dict[str, _Written] = {}
         self._errors: dict[str, str] = {}
         self._shared = SharedSelections(settings)
         self.states = states if states is not None else metrics.ServiceStates(is_leader)
@@ -309,7 +342,7 @@ class Reconciler:
             return False
         with self._lock:
             written = self._written.get(service_key(new.namespace, new.name))
-        if written is None or ingress_differs(written[1], new.ingress):
+        if written is None or ingress_differs(written.ingress, new.ingress):
             return False
         return all(getattr(old, name) == getattr(new, name) for name in SELECTION_FIELDS)
 
@@ -356,13 +389,16 @@ class Reconciler:
 
     def _stored(self, key: str, service: ServiceView) -> tuple[Mapping[str, Any], ...] | None:
         """The ingress the API server holds as far as we know: what we last wrote while the
-        cache still shows the version we wrote over (its watch echo is on the way), else
-        the cached value. Comparing with the cache alone would lose an update when a later
-        change wants the old value back before the echo arrives."""
+        cache still shows a version older than that write (the version we wrote over, or
+        the echo of one of our earlier writes: :class:`_Written`), else the cached value.
+        Comparing with the cache alone would lose an update when a later change wants the
+        old value back before the echo arrives, and would write again when the echo of
+        an earlier write of ours arrives after a later write (a watch that reconnects
+        after an API server restart delivers them late)."""
         with self._lock:
             written = self._written.get(key)
-        if written is not None and written[0] == service.resource_version:
-            return written[1]
+        if written is not None and service.resource_version in written.older:
+            return written.ingress
         return service.ingress
 
     def _write(
@@ -374,9 +410,10 @@ class Reconciler:
         # Recorded before the request: the watch echo can be handled before the response.
         with self._lock:
             previous = self._written.get(key)
-            self._written[key] = (version, selection.ingress)
+            record = _Written.after(previous, over=version, ingress=selection.ingress)
+            self._written[key] = record
         try:
-            self._api.patch_service_status(
+            answered = self._api.patch_service_status(
                 namespace=namespace, name=name, patch=status_patch(selection.ingress)
             )
         except ApiError as err:
@@ -398,6 +435,10 @@ class Reconciler:
                 error=err.reason,
             )
             raise
+        if answered is not None:
+            with self._lock:
+                if self._written.get(key) is record:
+                    record.answered = answered
         metrics.STATUS_WRITTEN.inc()
         log_event(
             LOG,

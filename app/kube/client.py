@@ -108,8 +108,12 @@ class KubeAPI(Protocol):
         """Open a watch from ``resource_version`` with ``allowWatchBookmarks=true``."""
         ...
 
-    def patch_service_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        """JSON merge patch ``services/{name}/status`` (the new Service comes by the watch)."""
+    def patch_service_status(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> str | None:
+        """JSON merge patch ``services/{name}/status``; returns the written Service's
+        ``metadata.resourceVersion`` (``None`` when the answer carries none). The Service
+        itself comes by the watch."""
         ...
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
@@ -292,10 +296,12 @@ class KubernetesAPI:
             _raise_for(response.status, _read_all(response), retry_after)
         return _RawWatch(response)
 
-    def patch_service_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    def patch_service_status(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> str | None:
         """See :meth:`KubeAPI.patch_service_status`."""
         path = f"/api/v1/namespaces/{namespace}/services/{name}/status"
-        self._send("PATCH", path, body=patch, content_type=MERGE_PATCH)
+        return resource_version_in(self._send("PATCH", path, body=patch, content_type=MERGE_PATCH))
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
         """See :meth:`KubeAPI.create_event`."""
@@ -376,16 +382,16 @@ class KubernetesAPI:
         *,
         body: dict[str, Any],
         content_type: str = "application/json",
-    ) -> None:
-        """A write whose answer is not needed: check the status, skip decoding the body.
+    ) -> bytes:
+        """A hot write: check the status, return the answer's body undecoded (callers that
+        need one field pick it out, see :func:`resource_version_in`).
 
         On a :class:`_KeptAlive` connection when there is one (no proxy, ``lean_writes``)
         and ``path`` needs no escaping; errors as :meth:`_checked`.
         """
         kept_alive = self._lean()
         if kept_alive is None or not _PLAIN_PATH.fullmatch(path):
-            self._checked(method, path, query=None, body=body, content_type=content_type)
-            return
+            return self._checked(method, path, query=None, body=body, content_type=content_type)[1]
         try:
             data = _encode(body)
             request = b"%s %s%s HTTP/1.1\r\n%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
@@ -402,6 +408,7 @@ class KubernetesAPI:
             raise ApiError(0, f"{method} {path}: {_describe(err, self._timeout)}") from err
         if not 200 <= status <= 299:
             _raise_for(status, answer, retry_after)
+        return answer
 
     def _lean(self) -> _KeptAlive | None:
         """The :class:`_KeptAlive` connections, made once; ``None`` when ``lean_writes`` is
@@ -925,6 +932,21 @@ def _describe(err: BaseException, timeout: float) -> str:
         return f"timed out (request timeout {timeout:g}s)"
     text = str(err)
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+_RESOURCE_VERSION = re.compile(rb'"resourceVersion":"([^"\\]*)"')
+
+
+def resource_version_in(answer: bytes) -> str | None:
+    """``metadata.resourceVersion`` of one object in the API server's JSON ``answer``, or
+    ``None``. The first ``"resourceVersion"`` key is the object's own: apimachinery writes
+    ``kind``/``apiVersion`` and then ``metadata``, whose fields go in ``ObjectMeta``'s
+    order (``name``, ``generateName``, ``namespace``, ``selfLink``, ``uid``,
+    ``resourceVersion``: nothing before it can hold that key); ``managedFields``, the spec
+    and the status come after. A regular expression over the bytes, not a parse: this is
+    on the cold start's hot path (one per status write)."""
+    found = _RESOURCE_VERSION.search(answer, 0, 4096)
+    return found.group(1).decode() if found else None
 
 
 def _encode(body: dict[str, Any] | list[Any]) -> bytes:

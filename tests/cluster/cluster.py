@@ -719,6 +719,28 @@ disabled_plugins = [
         node.processes["kubelet"] = server
         server.start()
 
+    def signal_container(self, container_id: str, sig: signal.Signals) -> set[int]:
+        """Send ``sig`` to every process of one container: ``container_id`` as a Pod's
+        ``status.containerStatuses[].containerID`` (``containerd://<id>``) or the bare id.
+        Processes are found by their cgroup (runc names the container's cgroup after its
+        id). SIGSTOP freezes a Pod as a hung process would (probes and webhook calls time
+        out, its TCP connections stay open); SIGCONT resumes it. Returns the pids
+        signalled; raises ``LookupError`` when none was found (wrong id, container gone)."""
+        bare = container_id.split("://", 1)[-1]
+        pids: set[int] = set()
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if bare in (proc / "cgroup").read_text():
+                    pids.add(int(proc.name))
+        if not pids:
+            raise LookupError(f"no process in a cgroup of container {bare}")
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        return pids
+
     def _fake_sysctls(self) -> dict[str, Path]:
         directory = self.workdir / "sysctl"
         fakes: dict[str, Path] = {}

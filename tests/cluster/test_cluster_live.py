@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -205,6 +206,26 @@ def every_address_answers(cluster: Cluster) -> dict[str, list[str]] | None:
     return listed
 
 
+def until_denied(cluster: Cluster, manifest: dict[str, Any], *, timeout: float) -> tuple[str, int]:
+    """Apply ``manifest`` (a Service with a malformed selector) until the webhook denies
+    it, deleting each admitted copy; returns (kubectl's error, copies admitted before)."""
+    admitted = 0
+    name = manifest["metadata"]["name"]
+
+    def denied() -> str | None:
+        nonlocal admitted
+        try:
+            apply(cluster, manifest)
+        except KubectlError as err:
+            return str(err.stderr)
+        admitted += 1
+        kubectl(cluster, "-n", APP, "delete", "service", name, "--wait=false")
+        return None
+
+    message = wait_for(f"the webhook to deny {name}", denied, timeout=timeout)
+    return message, admitted
+
+
 def rolled_out(cluster: Cluster, namespace: str, deployment: str) -> None:
     kubectl(
         cluster,
@@ -315,19 +336,7 @@ def test_a_malformed_selector_is_denied_by_the_webhook_pod(release: Cluster) -> 
     """The webhooks fail open (``failurePolicy: Ignore``): until kube-apiserver can call
     one, a malformed selector is admitted. Measured from the install; then denied."""
     bad = service_manifest("bad-selector", 9999, "Cluster", "role in (edge")
-    admitted = 0
-
-    def denied() -> str | None:
-        nonlocal admitted
-        try:
-            apply(release, bad)
-        except KubectlError as err:
-            return str(err.stderr)
-        admitted += 1
-        kubectl(release, "-n", APP, "delete", "service", "bad-selector", "--wait=false")
-        return None
-
-    message = wait_for("the webhook Pod to deny a malformed selector", denied, timeout=90)
+    message, admitted = until_denied(release, bad, timeout=90)
     figure(
         "helm install -> first denial by the webhook Pod (s)",
         round(time.monotonic() - INSTALLED["at"], 1),
@@ -489,6 +498,13 @@ def helm_upgrade(helm_binary: Path, cluster: Cluster, *args: str) -> None:
 # -- cluster life -----------------------------------------------------------------------
 
 
+def select_nodes(cluster: Cluster, service: str, selector: str) -> None:
+    """Set the Service's node selector annotation (``kubectl annotate --overwrite``)."""
+    kubectl(
+        cluster, "-n", APP, "annotate", "--overwrite", "service", service, f"{SELECTOR}={selector}"
+    )
+
+
 def lease_holder(cluster: Cluster) -> str:
     lease = kubectl_json(cluster, "-n", NAMESPACE, "get", "lease", "node-ipam-lb")
     return str(lease["spec"].get("holderIdentity") or "")
@@ -506,36 +522,107 @@ def test_deleting_the_leader_pod_fails_over(release: Cluster) -> None:
     )
     failover = time.monotonic() - started
     # The new leader reconciles: a changed selector reaches the status.
-    kubectl(
-        release,
-        "-n",
-        APP,
-        "annotate",
-        "--overwrite",
-        "service",
-        "web-internal",
-        f"{SELECTOR}=kubernetes.io/hostname=node-1",
-    )
+    select_nodes(release, "web-internal", "kubernetes.io/hostname=node-1")
     wait_for(
         "the new leader to write web-internal",
         lambda: len(ingress_ips(release, "web-internal")) == 2,
     )
     reconciled = time.monotonic() - started
-    kubectl(
-        release,
-        "-n",
-        APP,
-        "annotate",
-        "--overwrite",
-        "service",
-        "web-internal",
-        f"{SELECTOR}={INTERNAL_NODES}",
-    )
+    select_nodes(release, "web-internal", INTERNAL_NODES)
     wait_for("web-internal back", lambda: len(ingress_ips(release, "web-internal")) == 4)
     figure("leader Pod deleted -> new Lease holder (s)", round(failover, 1))
     figure("leader Pod deleted -> new leader wrote a status (s)", round(reconciled, 1))
     assert new
     rolled_out(release, NAMESPACE, "node-ipam-lb")
+
+
+def product_containers(cluster: Cluster) -> dict[str, tuple[str, int]]:
+    """Pod name -> (containerID, restartCount) of node-ipam-lb's Pods."""
+    pods = kubectl_json(cluster, "-n", NAMESPACE, "get", "pods")["items"]
+    return {
+        p["metadata"]["name"]: (s["containerID"], s["restartCount"])
+        for p in pods
+        for s in p["status"]["containerStatuses"]
+    }
+
+
+def restarts(containers: dict[str, tuple[str, int]]) -> dict[str, int]:
+    return {pod: count for pod, (_, count) in containers.items()}
+
+
+def event_reasons(cluster: Cluster, service: str) -> list[str]:
+    events = kubectl_json(
+        cluster, "-n", APP, "get", "events", "--field-selector", f"involvedObject.name={service}"
+    )
+    return [e.get("reason", "") for e in events["items"]]
+
+
+def test_hung_webhook_pods_are_cut_off_after_timeout_seconds_and_ignored(
+    release: Cluster,
+) -> None:
+    """Both node-ipam-lb Pods SIGSTOPped, as hung processes: the webhook Service still
+    routes to them, connections open and nothing answers. ``kubectl apply`` of a
+    malformed selector waits for the webhooks' ``timeoutSeconds`` (3 s) and is admitted
+    (``failurePolicy: Ignore``); resumed, the leader reports ``InvalidNodeSelector`` and
+    writes no status; the next malformed apply is denied again (issue 22)."""
+    containers = product_containers(release)
+    assert len(containers) == 2, containers
+    bad = service_manifest("hung-bad", 9998, "Cluster", "role in (edge")
+    for container, _ in containers.values():
+        release.signal_container(container, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        apply(release, bad)  # admitted: raises KubectlError if denied
+        took = time.monotonic() - started
+    finally:
+        for container, _ in containers.values():
+            release.signal_container(container, signal.SIGCONT)
+    figure("both webhook Pods SIGSTOPped: malformed selector admitted after (s)", round(took, 1))
+    assert took >= 3.0, "answered before timeoutSeconds: the webhook Pods were not hung"
+    wait_for(
+        "an InvalidNodeSelector Event for hung-bad",
+        lambda: "InvalidNodeSelector" in event_reasons(release, "hung-bad"),
+        timeout=60,
+    )
+    assert ingress(release, "hung-bad") == [], "a status was written for a malformed selector"
+    again = service_manifest("hung-bad-2", 9997, "Cluster", "role in (edge")
+    assert "denied the request" in until_denied(release, again, timeout=30)[0]
+    kubectl(release, "-n", APP, "delete", "service", "hung-bad", "--wait=false")
+    assert restarts(product_containers(release)) == restarts(containers), "liveness restart"
+
+
+@pytest.mark.timeout(ROLLING_TIMEOUT)
+def test_kube_apiserver_down_20s_traffic_flows_and_a_change_converges_after(
+    release: Cluster,
+) -> None:
+    """kube-apiserver SIGKILLed and started 20 s later, longer than the Lease (15 s): the
+    published addresses keep answering meanwhile (the data path is kube-proxy's rules,
+    not the API server), node-ipam-lb's Pods keep running (an API outage does not fail
+    liveness), the Lease has a holder again and a change made after converges (issue 22)."""
+    assert release.plane is not None
+    containers = product_containers(release)
+    targets = probe_targets(release)
+    with Prober(release.client_netns, targets) as prober:
+        release.plane.stop_apiserver(kill=True)
+        time.sleep(20)
+    outage = prober.result
+    ready_s = release.plane.start_apiserver()
+    back = time.monotonic()
+    figure("kube-apiserver down 20 s: requests, failed", (outage.sent, len(outage.failed)))
+    figure("kube-apiserver started again -> /readyz (s)", round(ready_s, 1))
+    assert outage.sent > 50
+    assert outage.failed == [], outage.failed[:10]
+    holder = wait_for("a Lease holder again", lambda: lease_holder(release), timeout=60)
+    select_nodes(release, "web-internal", "kubernetes.io/hostname=node-1")
+    wait_for(
+        "web-internal to follow a change made after the outage",
+        lambda: len(ingress_ips(release, "web-internal")) == 2,
+    )
+    figure("kube-apiserver back -> a new change written (s)", round(time.monotonic() - back, 1))
+    select_nodes(release, "web-internal", INTERNAL_NODES)
+    wait_for("every address answering again", lambda: every_address_answers(release))
+    assert holder.split("_")[0] in containers
+    assert restarts(product_containers(release)) == restarts(containers), "a Pod restarted"
 
 
 def resource_versions(cluster: Cluster) -> dict[str, str]:
@@ -724,16 +811,7 @@ def test_kubectl_apply_k_deploy_then_the_documented_uninstall(release: Cluster) 
         round(time.monotonic() - started, 1),
     )
     bad = service_manifest("bad-kustomize", 9998, "Cluster", "role in (edge")
-
-    def denied() -> str | None:
-        try:
-            apply(release, bad)
-        except KubectlError as err:
-            return str(err.stderr)
-        kubectl(release, "-n", APP, "delete", "service", "bad-kustomize", "--wait=false")
-        return None
-
-    assert "denied the request" in wait_for("a denial", denied, timeout=90)
+    assert "denied the request" in until_denied(release, bad, timeout=90)[0]
     (block,) = [b for b in code_blocks(section("Uninstall"), "sh") if "delete -k deploy/" in b]
     env = {**os.environ, "KUBECONFIG": str(release.kubeconfig_path)}
     run_uninstall_block(release, block, env)

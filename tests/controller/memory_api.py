@@ -141,7 +141,9 @@ class MemoryAPI:
         self._call(f"watch {kind}")
         return MemoryWatch(self, kind, int(resource_version), timeout_seconds)
 
-    def patch_service_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    def patch_service_status(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> str | None:
         self._call("patch services/status")
         with self.cond:
             key = f"{namespace}/{name}"
@@ -151,7 +153,7 @@ class MemoryAPI:
             obj.setdefault("status", {}).setdefault("loadBalancer", {})["ingress"] = copy.deepcopy(
                 patch["status"]["loadBalancer"]["ingress"]
             )
-            self._store("services", key, obj, "MODIFIED")
+            return str(self._store("services", key, obj, "MODIFIED")["metadata"]["resourceVersion"])
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
         self._call("create events")

@@ -261,3 +261,33 @@ def test_events_v1_event_shows_as_core_event(
     table = control_plane.kubectl("get", "events", "-n", namespace).stdout
     assert "AddressesAssigned" in table
     assert "service/web" in table
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["kept-alive", "urllib3"])
+def test_a_status_patch_returns_the_resource_version_the_server_wrote(
+    control_plane: ControlPlane, namespace: str, lean: bool
+) -> None:
+    """``patch_service_status`` picks ``metadata.resourceVersion`` out of the real answer
+    (managedFields, spec and status follow it) on both write paths: the reconciler tells
+    the late echo of an earlier write of its own by it."""
+    from app.kube.client import KubernetesAPI
+
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "rv", "namespace": namespace},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": LB_CLASS, "ports": [{"port": 80}]},
+    }
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(service))
+    with control_plane.api_client() as client:
+        api = KubernetesAPI(client, lean_writes=lean)
+        versions = []
+        for ip in ("192.0.2.1", "192.0.2.2"):
+            patch = {"status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"}]}}}
+            versions.append(api.patch_service_status(namespace=namespace, name="rv", patch=patch))
+    stored = json.loads(
+        control_plane.kubectl("get", "service", "rv", "-n", namespace, "-o", "json").stdout
+    )
+    assert versions[0] != versions[1]
+    assert versions[1] == stored["metadata"]["resourceVersion"]
+    assert stored["status"]["loadBalancer"]["ingress"][0]["ip"] == "192.0.2.2"

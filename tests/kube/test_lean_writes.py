@@ -65,10 +65,11 @@ def test_writes_reuse_one_connection_and_reach_the_server(fake_api: FakeApiServe
     fake_api.seed([service("default", "web")])
     api = KubernetesAPI(fake_api.client())
     for _ in range(3):
-        api.patch_service_status(namespace="default", name="web", patch=STATUS)
+        version = api.patch_service_status(namespace="default", name="web", patch=STATUS)
         api.create_event(namespace="default", body=event("default", "web"))
     stored = fake_api.get("services", "web", "default")
     assert stored is not None and stored["status"] == STATUS["status"]
+    assert version == stored["metadata"]["resourceVersion"]
     counts = fake_api.requests()
     assert (counts["patch services/status"], counts["create events"]) == (3, 3)
     assert connections(api) == 1
