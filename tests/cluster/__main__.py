@@ -27,9 +27,18 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Start the cluster, write the kubeconfig, print the two lines, run until signalled."""
-    from tests.cluster.cluster import Cluster, ClusterError
+    from tests.cluster.cluster import Cluster, ClusterError, abandoned
     from tests.controlplane.build import ControlPlaneUnavailable
 
+    left = abandoned()
+    if left:
+        print(
+            f"cluster: {len(left)} cluster(s) whose owner died left things behind"
+            f" ({', '.join(cluster_id for cluster_id, _ in left)}); this one uses another"
+            " address range. Remove them with `python -m tests.cluster purge`"
+            " (`--dry-run` lists them).",
+            file=sys.stderr,
+        )
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     cluster: Cluster | None = None
@@ -85,11 +94,28 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_purge(args: argparse.Namespace) -> int:
     """Remove the remains of clusters whose owner process died (see purge_abandoned)."""
-    from tests.cluster.cluster import purge_abandoned
+    from tests.cluster.cluster import abandoned, leftovers, purge_abandoned
 
-    for cluster_id in purge_abandoned(dry_run=args.dry_run):
-        print(f"{'would remove' if args.dry_run else 'removed'} {cluster_id}")
+    if args.dry_run:
+        for cluster_id, workdir in abandoned():
+            print(f"would remove {cluster_id}:")
+            for thing in leftovers(cluster_id, workdir):
+                print(f"  {thing}")
+        return 0
+    for cluster_id in purge_abandoned():
+        print(f"removed {cluster_id}")
     return 0
+
+
+def node_count(text: str) -> int:
+    """``--nodes``: an integer 1..9 (the last octet scheme of tests/cluster/README.md)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= value <= 9:
+        raise argparse.ArgumentTypeError(f"{value} is outside 1..9")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     p_build.add_argument("--interval", type=float, default=15.0, help="seconds between lines")
     p_build.set_defaults(func=cmd_build)
     p_up = sub.add_parser("up", help="run the cluster until SIGTERM/SIGINT")
-    p_up.add_argument("--nodes", type=int, default=2, help="number of nodes (1-9)")
+    p_up.add_argument("--nodes", type=node_count, default=2, help="number of nodes (1-9)")
     p_up.add_argument("--kubeconfig", required=True, help="where to write the admin kubeconfig")
     p_up.add_argument("--keep-logs", type=Path, help="copy the logs here when stopping")
     p_up.set_defaults(func=cmd_up)
@@ -108,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p_purge.add_argument("--dry-run", action="store_true", help="only list them")
     p_purge.set_defaults(func=cmd_purge)
     args = parser.parse_args(argv)
+    if args.command == "up" and not Path(args.kubeconfig).resolve().parent.is_dir():
+        parser.error(f"--kubeconfig {args.kubeconfig}: its directory does not exist")
     return int(args.func(args))
 
 

@@ -823,15 +823,14 @@ disabled_plugins = [
 
     def _remove_files(self) -> None:
         """Outside the work dir: kubelet's ``/var/log/containers`` links to our pod logs
-        and libcni's result cache entries of our network."""
+        and libcni's result cache entries of our network and of our sandboxes' loopback."""
         if CONTAINER_LOGS.is_dir() and self.workdir != Path():
             for link in CONTAINER_LOGS.iterdir():
                 with contextlib.suppress(OSError):
                     if link.is_symlink() and str(os.readlink(link)).startswith(str(self.workdir)):
                         link.unlink()
-        if CNI_CACHE.is_dir():
-            for entry in CNI_CACHE.glob(f"{self.id}-*"):
-                entry.unlink()
+        for entry in _cni_cache_entries(self.id, self.workdir):
+            entry.unlink(missing_ok=True)
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -1017,8 +1016,41 @@ def leftovers(cluster_id: str, workdir: Path) -> list[str]:
             with contextlib.suppress(OSError):
                 if link.is_symlink() and str(os.readlink(link)).startswith(str(workdir)):
                     found.append(f"log link {link}")
-    if CNI_CACHE.is_dir():
-        found += [f"cni cache {p}" for p in CNI_CACHE.glob(f"{cluster_id}-*")]
+    found += [f"cni cache {p}" for p in _cni_cache_entries(cluster_id, workdir)]
+    return found
+
+
+def _cni_cache_entries(cluster_id: str, workdir: Path) -> list[Path]:
+    """libcni's cache entries (``/var/lib/cni/results``) of one cluster: those of its own
+    network (``<id>-…``) and containerd's loopback ones (``cni-loopback-<sandbox>-lo``,
+    one per Pod sandbox; containerd removes it only when it tears the sandbox down, which
+    a stopped cluster never does), recognised by the sandbox's network namespace path
+    under ``workdir`` in the cached result."""
+    if not CNI_CACHE.is_dir():
+        return []
+    found = list(CNI_CACHE.glob(f"{cluster_id}-*"))
+    if not workdir.is_absolute():  # no work dir yet: "." would match every entry
+        return found
+    needle = f'"{workdir}/'.encode()
+    for entry in CNI_CACHE.glob("cni-loopback-*"):
+        with contextlib.suppress(OSError):
+            if needle in entry.read_bytes():
+                found.append(entry)
+    return found
+
+
+def abandoned() -> list[tuple[str, Path]]:
+    """``(cluster id, work dir)`` of every cluster whose owner died without stopping it:
+    its work dir ``<tmp>/<id>-*`` names, in ``owner.pid``, a process that no longer
+    exists (see :func:`purge_abandoned`, :func:`leftovers`)."""
+    found = []
+    for workdir in sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}????-*")):
+        try:
+            pid = int((workdir / OWNER_FILE).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if not Path(f"/proc/{pid}").exists():
+            found.append((workdir.name.split("-", 1)[0], workdir))
     return found
 
 
@@ -1029,15 +1061,7 @@ def purge_abandoned(*, dry_run: bool = False) -> list[str]:
     when its work dir ``<tmp>/<id>-*`` names, in ``owner.pid``, a process that no longer
     exists; clusters with a live owner are never touched. Returns the ids handled."""
     handled = []
-    for workdir in Path(tempfile.gettempdir()).glob(f"{PREFIX}????-*"):
-        owner = workdir / OWNER_FILE
-        try:
-            pid = int(owner.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        if Path(f"/proc/{pid}").exists():
-            continue
-        cluster_id = workdir.name.split("-", 1)[0]
+    for cluster_id, workdir in abandoned():
         handled.append(cluster_id)
         if dry_run:
             continue
@@ -1062,8 +1086,7 @@ def purge_abandoned(*, dry_run: bool = False) -> list[str]:
                 _run("ip", "netns", "delete", netns.name, check=False)
         if _link_exists(cluster_id):
             _run("ip", "link", "delete", cluster_id, check=False)
-        if CNI_CACHE.is_dir():
-            for entry in CNI_CACHE.glob(f"{cluster_id}-*"):
-                entry.unlink()
+        for entry in _cni_cache_entries(cluster_id, workdir):
+            entry.unlink(missing_ok=True)
         shutil.rmtree(workdir, ignore_errors=True)
     return handled

@@ -109,9 +109,12 @@ def start_serve(
         ),
         *extra,
     ]
+    # TMPDIR: serve's own temporary directory (its generated TLS files) is under the
+    # test's work dir, so a replica the test SIGKILLs leaves nothing in /tmp.
+    environment = {**os.environ, "TMPDIR": str(workdir), **(env or {})}
     with log.open("wb") as out:
         process = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {})}
+            args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=environment
         )
     return process, f"https://127.0.0.1:{port}", ca, log
 

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,6 +28,7 @@ HELM_LABELS = (
 """Labels Helm charts add by convention (and deploy/base does not carry)."""
 
 _HOME = tempfile.mkdtemp(prefix="node-ipam-helm-home-")
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)  # one per test session
 
 
 def environment(kubeconfig: Path | None = None) -> dict[str, str]:

@@ -308,7 +308,11 @@ class Serve:
         ]
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ)
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env={**os.environ, "TMPDIR": str(self.log.parent)},  # nothing left in /tmp
             )
 
         def up() -> bool:
