@@ -273,9 +273,18 @@ def main() -> None:
         "--keep", action="store_true", help="keep the control plane's directory (audit log)"
     )
     args = parser.parse_args()
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        run(args, args.workdir)
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-faults-") as scratch:  # nothing left
+        run(args, Path(scratch))
+
+
+def run(args: argparse.Namespace, workdir: Path) -> None:
+    """The scenarios ``args.only`` asks for (all when empty), serve's files in ``workdir``;
+    prints one JSON line per scenario, then the table."""
     only = {int(n) for n in args.only.split(",") if n}
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-faults-"))
-    workdir.mkdir(parents=True, exist_ok=True)
     print(f"bench_faults {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {machine()}")
 
     def wanted(number: int) -> bool:
