@@ -291,6 +291,27 @@ def test_api_unavailable_for_a_while_converges_afterwards(
     assert fake_api.requests()[PATCH_STATUS] <= 2 + 12
 
 
+def test_a_renew_that_hangs_past_the_deadline_then_succeeds_resyncs_the_new_term(
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    """The fake's counterpart of bench_faults scenario 3 (etcd restart: kube-apiserver
+    holds the renew): Lease requests take 1.5 s, past the 0.8 s renew deadline, and then
+    succeed. A Node change seen while ``is_leader()`` is false by the clock is not
+    queued; the late renew must start a new term whose resync writes it."""
+    seed_three_nodes(fake_api)
+    kubectl.create("services", service("web"))
+    controller = run_controller()
+    wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
+    fake_api.add_latency(1.5, path="/apis/coordination.k8s.io/*")
+    wait_until(lambda: not controller.is_leader(), timeout=5, what="the renew deadline passes")
+    kubectl.patch("nodes", "w1", {"metadata": {"labels": {EXCLUDE: ""}}})
+    wait_until(lambda: "w1" in {n.name for n in controller.cache.nodes() if n.predicate},
+               what="the change is in the cache")  # fmt: skip
+    fake_api.clear_latency()
+    wait_until(settled(fake_api, "web", ["10.0.0.2", "10.0.0.3"]), timeout=10, what="resynced")
+    assert controller.is_leader()
+
+
 def test_only_the_leader_writes_and_a_standby_takes_over(
     fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
 ) -> None:
