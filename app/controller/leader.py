@@ -83,6 +83,8 @@ class LeaderElector:
         self._observed_spec: dict[str, Any] | None = None
         self._observed_time = -math.inf
         self._missing_namespace_attempts = 0
+        self._release_on_stop = True
+        self._held_after_stop = False
 
     def start(self) -> None:
         """Start campaigning on a daemon thread (returns at once)."""
@@ -117,16 +119,23 @@ class LeaderElector:
         return wait
 
     def run(self) -> None:
-        """Thread body: acquire, renew, step down on a missed deadline, until stopped."""
+        """Thread body: acquire, renew, step down on a missed deadline, until stopped.
+        An attempt that was still hanging when :meth:`stop` gave up waiting and that then
+        took or renewed the Lease hands it back here (stop() already stepped down)."""
         while not self._stop.is_set():
             self.step()
             if self._stop.is_set():
                 break
             self._stop.wait(self.retry_wait())
+        with self._lock:
+            late, self._held_after_stop = self._held_after_stop, False
+        if late and self._release_on_stop:
+            self._release()
 
     def stop(self, timeout: float = 5.0, *, release: bool = True) -> None:
         """Stop campaigning; if leading, step down and (``release``) hand the Lease back.
         ``release=False`` leaves the Lease to expire, as after a crash."""
+        self._release_on_stop = release
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
@@ -262,6 +271,11 @@ class LeaderElector:
         ``on_started_leading`` runs again. client-go never resumes a lapsed
         term either: ``renew`` giving up ends ``Run`` (``OnStoppedLeading``)."""
         with self._lock:  # same lock as is_leader(): any "False" it gave is seen here
+            if self._stop.is_set():
+                # stop() ran while this attempt hung: no term starts after it; run()
+                # hands back a Lease the attempt took.
+                self._held_after_stop = self._held_after_stop or succeeded
+                return
             now = self._clock()
             lapsed = self._leading and now - self._last_renew >= self._renew_deadline
             if succeeded:

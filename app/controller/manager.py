@@ -255,7 +255,10 @@ class Controller:
     def _enqueue_all(self) -> None:
         """Enqueue every Service once per leadership term, as soon as the caches are synced."""
         with self._lock:
-            if self._term_enqueued or not (self._writes and self.cache.synced and self.is_leader()):
+            # _enqueued_after_sync, not cache.synced: until the first-sync step has run,
+            # _enqueue drops changes, so a term must not count as enqueued before it.
+            ready = self._writes and self._enqueued_after_sync and self.is_leader()
+            if self._term_enqueued or not ready:
                 return
             self._term_enqueued = True
         for service in self.cache.services():

@@ -16,8 +16,11 @@ cache therefore costs at most one redundant, identical write, or a write compute
 slightly old Nodes that the watch event still on its way corrects at once (it re-enqueues the
 Service). A precondition would turn every such case into a 409 + retry without making the
 result more correct. To avoid rewriting our own value while the watch has not yet delivered
-it, :class:`Reconciler` remembers ``(resourceVersion seen, ingress written)`` per Service and,
-while the cache still shows that version, compares against what it wrote instead.
+it, :class:`Reconciler` remembers its last write per Service (:class:`_Written`: the ingress
+and the resourceVersions known to be older than it: the one written over, and those
+answered to earlier writes of ours whose echoes had not come) and, while the cache shows
+one of those, compares against what it wrote instead. A watch event counts as the echo of
+that write (no reconcile) only when it follows one of those versions directly.
 
 Errors: :class:`~app.kube.client.ApiError` from the PATCH propagates (the worker re-queues the key
 with backoff: 409 conflicts, 5xx, connection failures); 404 means the Service is gone: done.
@@ -343,6 +346,12 @@ class Reconciler:
         with self._lock:
             written = self._written.get(service_key(new.namespace, new.name))
         if written is None or ingress_differs(written.ingress, new.ingress):
+            return False
+        # Only right after a version known to be older than that write: when a version
+        # we do not know came in between (a write the server applied while we saw an
+        # error, someone else's write), the server may hold something else since, and
+        # this Service is reconciled again.
+        if old.resource_version not in written.older:
             return False
         return all(getattr(old, name) == getattr(new, name) for name in SELECTION_FIELDS)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from app.controller.leader import LeaderElector
@@ -235,3 +238,42 @@ def test_a_renew_that_succeeds_after_the_deadline_starts_a_new_term(
         clocks.advance(2)
         assert a.step() and a.is_leader()
         assert log == terms, "a prompt renew is not a new term"
+
+
+@pytest.mark.parametrize("leading_first", [False, True], ids=["acquire", "renew"])
+def test_an_attempt_that_hangs_through_stop_starts_no_term_and_hands_the_lease_back(
+    leading_first: bool,
+) -> None:
+    """stop() gives up waiting for a hung acquire or renew (its join times out) and steps
+    down; when the call then succeeds, no term starts after stop() and the Lease is
+    released again, so a standby takes over at its next retry (found by a review)."""
+    api, log = MemoryAPI(), []
+    a = LeaderElector(
+        api=api,
+        namespace="kube-system",
+        name="node-ipam-lb",
+        identity="a",
+        on_started_leading=lambda: log.append("started"),
+        on_stopped_leading=lambda: log.append("stopped"),
+        retry_period=0.05,
+    )
+    if leading_first:
+        assert a.step()
+    answer = threading.Event()
+    real = api.read_lease
+
+    def hung(**kwargs: object) -> object:
+        answer.wait(5)
+        return real(**kwargs)
+
+    api.read_lease = hung  # type: ignore[method-assign]
+    a.start()
+    time.sleep(0.1)
+    a.stop(timeout=0.2)  # the attempt is still hanging
+    answer.set()
+    assert a._thread is not None
+    a._thread.join(5)
+    assert log == (["started", "stopped"] if leading_first else []), log
+    assert not a.is_leader()
+    holder = api.leases[LEASE]["spec"]["holderIdentity"] if LEASE in api.leases else ""
+    assert holder == "", f"the Lease is held by {holder!r} after stop()"
