@@ -13,6 +13,7 @@ Cilium's Node IPAM") tells an operator to do it, on a dual-stack real API server
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.controlplane.plane import ControlPlane
+from tests.deploy.readme import code_blocks, section
 from tests.peers.cilium.build import cilium_version
 from tests.peers.cilium.clusters import generate
 from tests.peers.cilium.differential import (
@@ -37,6 +39,8 @@ from tests.peers.cilium.differential import (
 from tests.peers.cilium.peer import MODES, CiliumNodeIpam, status_requests
 
 VERSION = cilium_version()
+MIGRATING = "Migrating from Cilium's Node IPAM"
+CLASS = "io.cilium/node"
 
 
 def wide_table(text: str) -> dict[str, dict[str, str]]:
@@ -63,6 +67,23 @@ def _services(api: Api, namespace: str) -> dict[str, dict[str, Any]]:
 
 def _ips(service: dict[str, Any]) -> list[str]:
     return [e["ip"] for e in service.get("status", {}).get("loadBalancer", {}).get("ingress", [])]
+
+
+def _readme_listing(plane: ControlPlane, namespace: str) -> dict[str, str]:
+    """deploy/README.md "Migrating" step 1's Service listing, run verbatim by ``bash``
+    with the plane's kubeconfig: ``{name: CLASS column}`` of its rows in ``namespace``."""
+    (block,) = [b for b in code_blocks(section(MIGRATING), "sh") if "custom-columns" in b]
+    ran = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "KUBECONFIG": str(plane.kubeconfig_path)},
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    rows = [line.split() for line in ran.stdout.splitlines()]
+    return {row[1]: row[3] for row in rows if row[0] == namespace}
 
 
 @pytest.fixture
@@ -92,6 +113,10 @@ def test_migration_from_cilium(
             plane, default_lb_service_ipam=mode, binary=cilium_nodeipam, workdir=tmp_path
         ) as cilium:
             cilium.wait_quiet(keys)
+        # deploy/README.md step 1's listing names exactly the Services Cilium managed.
+        listed = _readme_listing(plane, ns)
+        shown = {name for name, klass in listed.items() if mode == "nodeipam" or klass == CLASS}
+        assert shown == {s["metadata"]["name"] for s in managed}
         # 2. stopped. 3. preview on the live cluster, as documented.
         before = _services(api, ns)
         wide = subprocess.run(
