@@ -139,7 +139,9 @@ class Process:
         self.popen = subprocess.Popen(
             list(argv),
             cwd=ROOT,
-            env={**os.environ, **env},
+            # TMPDIR: the process's temporary files beside its log (a killed serve leaves
+            # its TLS directory there, not in /tmp).
+            env={**os.environ, "TMPDIR": str(log.parent), **env},
             stdout=subprocess.PIPE if capture_stdout else self._log_file,
             stderr=self._log_file,
             start_new_session=True,

@@ -36,6 +36,7 @@ class Replica:
             "NODE_IPAM_RENEW_DEADLINE_SECONDS": "1.5",
             "NODE_IPAM_RETRY_PERIOD_SECONDS": "0.2",
             "NODE_IPAM_LEADER_ELECTION_NAMESPACE": "kube-system",
+            "TMPDIR": str(tmp),  # serve's temp dir: nothing left in /tmp after a SIGKILL
         }
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(

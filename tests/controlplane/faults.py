@@ -413,9 +413,18 @@ class World:
                 else:
                     double.append(line)
             last[key] = (at, body)
-        attempts: dict[str, list[tuple[float, int]]] = {}
+        # A retry is the same request again: a status write of the same Service, or a
+        # read (get, list, watch) of the same URI by the same replica. Event creates are
+        # left out (the next POST to the same URI is usually another Event).
+        attempts: dict[tuple[str, ...], list[tuple[float, int]]] = {}
         for at, _, key, _, code in writes:
-            attempts.setdefault(key, []).append((at, code))
+            attempts.setdefault(("status", key), []).append((at, code))
+        for e in events:
+            if e["verb"] in ("get", "list", "watch"):
+                extra = e.get("user", {}).get("extra", {}).get(CREDENTIAL, [""])
+                what = (extra[0] if extra else "", e["verb"], e.get("requestURI", ""))
+                code = int(e.get("responseStatus", {}).get("code", 0))
+                attempts.setdefault(what, []).append((_time(e["requestReceivedTimestamp"]), code))
         gaps = [
             later[0] - earlier[0]
             for tries in attempts.values()

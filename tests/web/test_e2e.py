@@ -58,6 +58,7 @@ class Serve:
         self.log = (tmp / "serve.log").open("w+")
         env = {k: v for k, v in os.environ.items() if not k.startswith("NODE_IPAM_")}
         env["NODE_IPAM_RETRY_PERIOD_SECONDS"] = "1"  # env and flags mix
+        env["TMPDIR"] = str(tmp)  # serve's temp dir: nothing left in /tmp after a kill
         self.process = subprocess.Popen(
             [
                 sys.executable,
