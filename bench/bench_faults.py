@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import tempfile
 import time
 from pathlib import Path
@@ -96,61 +95,22 @@ def _between_pages(plane: ControlPlane) -> dict[str, Any]:
 
 
 def _webhook(plane: ControlPlane, workdir: Path) -> dict[str, Any]:
-    """Scenario 7 (as test_a_stopped_webhook_times_out_is_ignored_and_the_reconciler_reports)."""
-    world = faults.new_world(plane, workdir, services=4)
-    try:
-        a, b = world.start_replicas(2)
-        world.wait_ready([a, b])
-        configs = demo.webhook_configurations(a.url, a.ca.read_bytes())
-        listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": configs})
-        plane.kubectl("apply", "-f", "-", input=listing)
-        bad = demo.bad_service()
-        bad["metadata"]["namespace"] = world.namespace
-        while True:
-            got = plane.kubectl(
-                "apply", "--dry-run=server", "-f", "-", input=json.dumps(bad), check=False
-            )
-            if "denied the request" in got.stderr:
-                break
-            time.sleep(0.2)
-        world.converge(60)
-        a.process.send_signal(signal.SIGSTOP)
-        try:
-            started = time.monotonic()
-            admitted = plane.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
-            took = time.monotonic() - started
-        finally:
-            a.process.send_signal(signal.SIGCONT)
-        resumed = time.monotonic()
-        while True:
-            _, body = plane.request(
-                "GET", f"/apis/events.k8s.io/v1/namespaces/{world.namespace}/events"
-            )
-            if any(e.get("reason") == "InvalidNodeSelector" for e in body.get("items", [])):
-                break
-            time.sleep(0.2)
-        reported = time.monotonic() - resumed
-        _, svc = plane.request("GET", f"/api/v1/namespaces/{world.namespace}/services/bad-selector")
-        bad["metadata"]["name"] = "bad-selector-2"
-        denied = plane.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
-        figures = world.figures()
-        return {
-            "scenario": "7. webhook SIGSTOPped during kubectl apply",
-            "changes": 1,
-            "lost": int(bool(svc["status"].get("loadBalancer"))),
-            "unmanaged": len(figures["unmanaged"]),
-            "not_leader": len(figures["not_leader"]),
-            "double": len(figures["double"]),
-            "converge_s": round(reported, 2),
-            "fault": f"apply admitted ({admitted.returncode == 0}) after {took:.1f} s;"
-            f" next apply denied ({'denied the request' in denied.stderr})",
-            "codes": figures["codes"],
-        }
-    finally:
-        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-            plane.kubectl("delete", kind, "node-ipam-lb", "--ignore-not-found", check=False)
-        world.stop_replicas()
-        faults.delete_nodes(world)
+    """Scenario 7 (:func:`tests.controlplane.faults.webhook_stopped`, as
+    test_a_stopped_webhook_times_out_is_ignored_and_the_reconciler_reports)."""
+    seen = faults.webhook_stopped(plane, workdir)
+    figures = seen.figures
+    return {
+        "scenario": "7. webhook SIGSTOPped during kubectl apply",
+        "changes": 1,
+        "lost": int(bool(seen.status.get("loadBalancer"))),
+        "unmanaged": len(figures["unmanaged"]),
+        "not_leader": len(figures["not_leader"]),
+        "double": len(figures["double"]),
+        "converge_s": round(seen.reported_s, 2),
+        "fault": f"apply admitted ({seen.admitted.returncode == 0}) after {seen.took_s:.1f} s;"
+        f" next apply denied ({'denied the request' in seen.denied.stderr})",
+        "codes": figures["codes"],
+    }
 
 
 WEBHOOK_HOST = "node-ipam-lb-webhook.node-ipam-lb.svc"

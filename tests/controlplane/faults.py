@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from app import demo
 from app.config import Settings
 from app.controller.cache import ClusterCache
 from app.controller.informer import Informer
@@ -615,6 +616,78 @@ class PausingAPI:
         return self._api.watch(
             kind, resource_version=resource_version, timeout_seconds=timeout_seconds
         )
+
+
+@dataclass
+class StoppedWebhook:
+    """What :func:`webhook_stopped` saw: the ``kubectl apply`` of a malformed selector
+    made while the webhook replica was SIGSTOPped (``admitted``, taking ``took_s``), the
+    seconds from SIGCONT until the ``InvalidNodeSelector`` Event (``reported_s``), that
+    Service's stored ``status``, the next malformed apply (``denied``) and the audit
+    figures of :meth:`World.figures`."""
+
+    admitted: subprocess.CompletedProcess[str]
+    took_s: float
+    reported_s: float
+    status: dict[str, Any]
+    denied: subprocess.CompletedProcess[str]
+    figures: dict[str, Any]
+
+
+def webhook_stopped(plane: ControlPlane, workdir: Path) -> StoppedWebhook:
+    """deploy/'s webhooks (failurePolicy Ignore, timeoutSeconds 3) pointed at replica a of
+    a fresh world (two replicas, 4 Services); a is SIGSTOPped during ``kubectl apply`` of
+    a malformed selector and resumed; then a second malformed Service is applied (a new
+    one: an update keeping the admitted selector is let through, the webhook ratchets as
+    the API server's own validation does). Every wait is bounded (fails the caller)."""
+    world = new_world(plane, workdir, services=4)
+    try:
+        a, b = world.start_replicas(2)
+        world.wait_ready([a, b])
+        configs = demo.webhook_configurations(a.url, a.ca.read_bytes())
+        listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": configs})
+        plane.kubectl("apply", "-f", "-", input=listing)
+        bad = demo.bad_service()
+        bad["metadata"]["namespace"] = world.namespace
+
+        def denied() -> bool:
+            got = plane.kubectl(
+                "apply", "--dry-run=server", "-f", "-", input=json.dumps(bad), check=False
+            )
+            return got.returncode != 0 and "denied the request" in got.stderr
+
+        wait_for(denied, "the validating webhook answers")
+        world.converge(60)
+        a.process.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            admitted = plane.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
+            took = time.monotonic() - started
+        finally:
+            a.process.send_signal(signal.SIGCONT)
+        resumed = time.monotonic()
+
+        def reported() -> str:
+            code, body = plane.request(
+                "GET", f"/apis/events.k8s.io/v1/namespaces/{world.namespace}/events"
+            )
+            reasons = [e.get("reason") for e in body.get("items", [])] if code == 200 else []
+            return "InvalidNodeSelector" if "InvalidNodeSelector" in reasons else ""
+
+        wait_for(reported, "an InvalidNodeSelector Event", timeout=60)
+        reported_s = time.monotonic() - resumed
+        code, svc = plane.request(
+            "GET", f"/api/v1/namespaces/{world.namespace}/services/bad-selector"
+        )
+        assert code == 200, svc
+        bad["metadata"]["name"] = "bad-selector-2"
+        again = plane.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
+        return StoppedWebhook(admitted, took, reported_s, svc["status"], again, world.figures())
+    finally:
+        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+            plane.kubectl("delete", kind, "node-ipam-lb", "--ignore-not-found", check=False)
+        world.stop_replicas()
+        delete_nodes(world)
 
 
 @dataclass
