@@ -144,16 +144,10 @@ def _certificates(workdir: Path) -> dict[str, Any]:
             for config in configs:
                 for hook in config["webhooks"]:
                     hook["clientConfig"].pop("caBundle", None)
-            listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": configs})
-            plane.kubectl("apply", "-f", "-", input=listing)
-            bad = demo.bad_service()
-            bad["metadata"]["namespace"] = world.namespace
+            bad = faults.apply_webhooks(plane, configs, world)
 
             def denied() -> bool:
-                got = plane.kubectl(
-                    "apply", "--dry-run=server", "-f", "-", input=json.dumps(bad), check=False
-                )
-                return "denied the request" in got.stderr
+                return faults.webhook_denies(plane, bad)
 
             deadline = time.monotonic() + 90
             while not denied():

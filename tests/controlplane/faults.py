@@ -634,6 +634,27 @@ class StoppedWebhook:
     figures: dict[str, Any]
 
 
+def apply_webhooks(
+    plane: ControlPlane, configurations: list[dict[str, Any]], world: World
+) -> dict[str, Any]:
+    """``kubectl apply`` the webhook ``configurations`` (:func:`app.demo.webhook_configurations`)
+    and return the demo's malformed Service in ``world``'s namespace, to probe them with
+    :func:`webhook_denies` (kube-apiserver picks new configurations up after a moment)."""
+    listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": configurations})
+    plane.kubectl("apply", "-f", "-", input=listing)
+    bad = demo.bad_service()
+    bad["metadata"]["namespace"] = world.namespace
+    return bad
+
+
+def webhook_denies(plane: ControlPlane, service: dict[str, Any]) -> bool:
+    """A server-side dry run of ``service`` is denied by the validating webhook."""
+    got = plane.kubectl(
+        "apply", "--dry-run=server", "-f", "-", input=json.dumps(service), check=False
+    )
+    return got.returncode != 0 and "denied the request" in got.stderr
+
+
 def webhook_stopped(plane: ControlPlane, workdir: Path) -> StoppedWebhook:
     """deploy/'s webhooks (failurePolicy Ignore, timeoutSeconds 3) pointed at replica a of
     a fresh world (two replicas, 4 Services); a is SIGSTOPped during ``kubectl apply`` of
@@ -644,19 +665,8 @@ def webhook_stopped(plane: ControlPlane, workdir: Path) -> StoppedWebhook:
     try:
         a, b = world.start_replicas(2)
         world.wait_ready([a, b])
-        configs = demo.webhook_configurations(a.url, a.ca.read_bytes())
-        listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": configs})
-        plane.kubectl("apply", "-f", "-", input=listing)
-        bad = demo.bad_service()
-        bad["metadata"]["namespace"] = world.namespace
-
-        def denied() -> bool:
-            got = plane.kubectl(
-                "apply", "--dry-run=server", "-f", "-", input=json.dumps(bad), check=False
-            )
-            return got.returncode != 0 and "denied the request" in got.stderr
-
-        wait_for(denied, "the validating webhook answers")
+        bad = apply_webhooks(plane, demo.webhook_configurations(a.url, a.ca.read_bytes()), world)
+        wait_for(lambda: webhook_denies(plane, bad), "the validating webhook answers")
         world.converge(60)
         a.process.send_signal(signal.SIGSTOP)
         try:
