@@ -10,6 +10,11 @@ per-object spam filter of ``tools/record``):
 - **Never stalls a reconcile.** ``emit`` only appends to a bounded queue (default
   :data:`QUEUE_SIZE`); one daemon thread sends. A full queue drops the Event and counts it
   (``node_ipam_lb_events_dropped_total{cause="queue_full"}``), never blocks.
+- **Statuses first.** With ``defer`` (the controller passes "the work queue holds keys"),
+  the sender holds queued Events while it is true, each at most ``defer_max_seconds``
+  (:data:`DEFER_MAX_SECONDS`, 30 s) after it was queued: on a cold start every status
+  PATCH goes out before the ``IPsAssigned`` Events, so the API server's capacity goes to
+  what users wait for (addresses) first. :meth:`flush` and :meth:`stop` do not wait.
 - **Spam filter.** Per Service a token bucket (client-go ``record`` defaults: burst 25,
   one token per 300 s); an Event without a token is dropped
   (``cause="spam"``).
@@ -70,6 +75,11 @@ SPAM_BURST = 25
 """Events one Service may get in a burst (client-go ``record`` ``defaultSpamBurst``)."""
 SPAM_REFILL_SECONDS = 300.0
 """Seconds per token after a burst (client-go ``record`` ``defaultSpamQPS`` = 1/300)."""
+DEFER_MAX_SECONDS = 30.0
+"""Longest an Event waits behind status writes (:class:`EventRecorder` ``defer``): a cold
+start's statuses go first, and a controller that never runs out of work still reports."""
+DEFER_POLL_SECONDS = 0.05
+"""How often a deferring sender asks ``defer()`` again."""
 SERIES_REFRESH_SECONDS = 1800.0
 """How often pending series counts are sent (client-go ``refreshTime``, 30 min)."""
 STATUS_SLOT = "status"
@@ -162,6 +172,7 @@ class _Queued:
     observed: float
     term: int
     uid: str = ""
+    queued_at: float = 0.0  # monotonic; how long it has waited behind ``defer``
 
 
 class EventRecorder:
@@ -169,7 +180,10 @@ class EventRecorder:
     blocks on the API server.
 
     Without :meth:`start` nothing is sent until :meth:`flush` is called, which then sends
-    in the caller's thread (unit tests); with it, a daemon thread sends.
+    in the caller's thread (unit tests); with it, a daemon thread sends. ``defer``
+    (no arguments, called on the sending thread every :data:`DEFER_POLL_SECONDS` while it
+    holds an Event, so it must be cheap and must not call back into the recorder) says
+    "hold Events now"; each Event waits at most ``defer_max_seconds`` (module docstring).
     """
 
     def __init__(
@@ -184,6 +198,8 @@ class EventRecorder:
         spam_refill_seconds: float = SPAM_REFILL_SECONDS,
         series_refresh_seconds: float = SERIES_REFRESH_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
+        defer: Callable[[], bool] | None = None,
+        defer_max_seconds: float = DEFER_MAX_SECONDS,
     ) -> None:
         self._api = api
         self._identity = identity[:128]
@@ -194,6 +210,9 @@ class EventRecorder:
         self._burst = spam_burst
         self._refill = spam_refill_seconds
         self._refresh = series_refresh_seconds
+        self._defer = defer
+        self._defer_max = defer_max_seconds
+        self._flushing = 0  # flush() calls in progress: send without deferring
         self._cond = threading.Condition()
         self._queue: deque[_Queued] = deque()
         self._busy = False
@@ -243,7 +262,11 @@ class EventRecorder:
                 return False
             cause = self._admit(service)
             if cause is None:
-                self._queue.append(_Queued(namespace, name, event, self._clock(), self._term, uid))
+                self._queue.append(
+                    _Queued(
+                        namespace, name, event, self._clock(), self._term, uid, self._monotonic()
+                    )
+                )
                 self._cond.notify()
                 return True
             if cause == "queue_full":
@@ -330,11 +353,16 @@ class EventRecorder:
                 self._send(item)
             return True
         with self._cond:
-            while self._queue or self._busy:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.05))
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while self._queue or self._busy:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(min(left, 0.05))
+            finally:
+                self._flushing -= 1
         return True
 
     def pending(self) -> int:
@@ -351,7 +379,13 @@ class EventRecorder:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._stopping:
+                while not self._stopping:
+                    if self._queue:
+                        hold = self._hold_locked()
+                        if hold <= 0:
+                            break
+                        self._cond.wait(min(hold, DEFER_POLL_SECONDS))
+                        continue
                     wait = self._next_refresh - self._monotonic()
                     if wait <= 0:
                         break
@@ -371,6 +405,24 @@ class EventRecorder:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+
+    def _hold_locked(self) -> float:
+        """Under the lock, the queue not empty: seconds the next Event still waits behind
+        ``defer`` (0: send it now). A forget costs no request and is never held."""
+        if self._defer is None or self._flushing:
+            return 0.0
+        head = self._queue[0]
+        if head.event is _FORGET:
+            return 0.0
+        left = self._defer_max - (self._monotonic() - head.queued_at)
+        if left <= 0:
+            return 0.0
+        try:
+            holding = self._defer()
+        except Exception:  # a broken callback must not stop Events
+            LOG.exception("event defer check failed")
+            return 0.0
+        return left if holding else 0.0
 
     def _send(self, item: _Queued) -> None:
         if item.event is _FORGET:

@@ -81,7 +81,11 @@ class Controller:
         self._workers: list[threading.Thread] = []
         self._leadership_listeners: list[Callable[[], None]] = []
         self._started = False
-        self.recorder = EventRecorder(api=self._api, identity=identity, clock=wall_clock)
+        # Status writes before Events (docs/design.md §5): the sender holds Events while
+        # keys wait in the work queue, each at most events.DEFER_MAX_SECONDS.
+        self.recorder = EventRecorder(
+            api=self._api, identity=identity, clock=wall_clock, defer=self._keys_waiting
+        )
         self.elector: LeaderElector | None = None
         if settings.leader_elect:
             self.elector = LeaderElector(
@@ -216,6 +220,10 @@ class Controller:
         if self._stopping.is_set():
             return False
         return self.elector is None or self.elector.is_leader()
+
+    def _keys_waiting(self) -> bool:
+        """True while keys wait in the work queue (the Event sender's ``defer``)."""
+        return len(self.queue) > 0
 
     def queue_adds(self) -> int:
         """How many keys the event handlers have put on the queue so far (tests, debugging)."""

@@ -476,3 +476,49 @@ def test_a_term_that_starts_as_the_caches_finish_syncing_misses_no_change(
     controller._on_changes("services", [("default/web", old, view(edge))])
     controller._on_changes("endpointslices", slices)  # the list's handler runs at last
     assert controller.queue.get(timeout=0.1) == "default/web", "the selector change was lost"
+
+
+class OrderedAPI(MemoryAPI):
+    """Records the order of status writes and Event creates; a status write takes 2 ms
+    (a real server's round trip), so a backlog of keys lasts long enough to be seen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[str] = []
+        self._order_lock = threading.Lock()
+
+    def patch_service_status(
+        self, *, namespace: str, name: str, patch: dict[str, Any]
+    ) -> str | None:
+        time.sleep(0.002)
+        written = super().patch_service_status(namespace=namespace, name=name, patch=patch)
+        with self._order_lock:
+            self.order.append("status")
+        return written
+
+    def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
+        super().create_event(namespace=namespace, body=body)
+        with self._order_lock:
+            self.order.append("event")
+
+
+def test_a_cold_start_writes_the_statuses_before_the_events() -> None:
+    # docs/design.md §5: the sender holds Events while keys wait in the work queue.
+    api = OrderedAPI()
+    api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    count = 300
+    for index in range(count):
+        api.apply("services", service(f"web-{index}"))
+    controller = Controller(
+        settings=fast_settings(leader_elect=False), api_client=None, identity="pod-a", api=api
+    )
+    controller.start()
+    try:
+        wait_until(lambda: api.order.count("event") == count, what="every IPsAssigned Event")
+    finally:
+        controller.stop(timeout=5)
+    assert api.order.count("status") == count
+    first_event = api.order.index("event")
+    # Only the writes in flight when the queue ran empty (one per worker) may come later.
+    late = api.order[first_event:].count("status")
+    assert late <= controller.settings.workers, (late, api.order[:first_event][-5:])

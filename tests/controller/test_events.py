@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -309,3 +310,62 @@ def test_a_series_recreated_after_its_event_expired_keeps_the_uid() -> None:
         ("B", "u-1"),
         ("A", "u-1"),
     ]
+
+
+def test_events_wait_while_defer_holds_and_go_out_once_it_lets_go() -> None:
+    api = MemoryAPI()
+    holding = threading.Event()
+    holding.set()
+    events = EventRecorder(api=api, identity="pod-a", defer=holding.is_set, defer_max_seconds=60)
+    events.start()
+    try:
+        assert events.emit(namespace="default", name="a", event=normal("assigned"))
+        # Held (statuses first): nothing sent while defer() is true, well within its 60 s.
+        time.sleep(0.5)
+        assert api.events == [] and events.pending() == 1
+        holding.clear()
+        assert wait_until(lambda: len(api.events) == 1, timeout=5)
+    finally:
+        events.stop()
+
+
+def test_a_deferred_event_is_sent_after_defer_max_seconds_even_if_defer_still_holds() -> None:
+    api = MemoryAPI()
+    events = EventRecorder(api=api, identity="pod-a", defer=lambda: True, defer_max_seconds=0.3)
+    events.start()
+    try:
+        assert events.emit(namespace="default", name="a", event=normal("assigned"))
+        time.sleep(0.1)
+        assert api.events == []
+        assert wait_until(lambda: len(api.events) == 1, timeout=5)
+    finally:
+        events.stop()
+
+
+def test_flush_and_stop_send_without_waiting_for_defer() -> None:
+    api = MemoryAPI()
+    events = EventRecorder(api=api, identity="pod-a", defer=lambda: True, defer_max_seconds=600)
+    events.start()
+    try:
+        assert events.emit(namespace="default", name="a", event=normal("one"))
+        assert events.flush(5)
+        assert len(api.events) == 1
+        assert events.emit(namespace="default", name="b", event=normal("two"))
+    finally:
+        events.stop(timeout=5)
+    assert sorted(e["regarding"]["name"] for e in api.events) == ["a", "b"]
+
+
+def test_a_failing_defer_check_does_not_stop_events() -> None:
+    api = MemoryAPI()
+
+    def broken() -> bool:
+        raise RuntimeError("boom")
+
+    events = EventRecorder(api=api, identity="pod-a", defer=broken, defer_max_seconds=600)
+    events.start()
+    try:
+        assert events.emit(namespace="default", name="a", event=normal("assigned"))
+        assert wait_until(lambda: len(api.events) == 1, timeout=5)
+    finally:
+        events.stop()
