@@ -12,7 +12,8 @@ per-object spam filter of ``tools/record``):
   (``node_ipam_lb_events_dropped_total{cause="queue_full"}``), never blocks.
 - **Statuses first.** With ``defer`` (the controller passes "the work queue holds keys"),
   the sender holds queued Events while it is true, each at most ``defer_max_seconds``
-  (:data:`DEFER_MAX_SECONDS`, 30 s) after it was queued: on a cold start every status
+  (:data:`DEFER_MAX_SECONDS`, 30 s) after it was queued, and never while the queue is
+  half full (holding must not make it drop Events): on a cold start every status
   PATCH goes out before the ``IPsAssigned`` Events, so the API server's capacity goes to
   what users wait for (addresses) first. :meth:`flush` and :meth:`stop` do not wait.
 - **Spam filter.** Per Service a token bucket (client-go ``record`` defaults: burst 25,
@@ -409,7 +410,8 @@ class EventRecorder:
     def _hold_locked(self) -> float:
         """Under the lock, the queue not empty: seconds the next Event still waits behind
         ``defer`` (0: send it now). A forget costs no request and is never held."""
-        if self._defer is None or self._flushing:
+        if self._defer is None or self._flushing or len(self._queue) * 2 >= self._queue_size:
+            # Half full: holding more could drop Events the sender would have sent.
             return 0.0
         head = self._queue[0]
         if head.event is _FORGET:

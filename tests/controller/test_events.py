@@ -369,3 +369,23 @@ def test_a_failing_defer_check_does_not_stop_events() -> None:
         assert wait_until(lambda: len(api.events) == 1, timeout=5)
     finally:
         events.stop()
+
+
+def test_a_half_full_queue_is_sent_even_while_defer_holds() -> None:
+    # Holding must never be why the queue overflows and drops an Event.
+    api = MemoryAPI()
+    events = EventRecorder(
+        api=api, identity="pod-a", defer=lambda: True, defer_max_seconds=600, queue_size=4
+    )
+    events.start()
+    try:
+        assert events.emit(namespace="default", name="a", event=normal("one"))
+        time.sleep(0.2)
+        assert api.events == []
+        assert events.emit(namespace="default", name="b", event=normal("two"))
+        # Half full (2 of 4): sent until it is below half again, the rest still held.
+        assert wait_until(lambda: len(api.events) == 1, timeout=5)
+        time.sleep(0.2)
+        assert len(api.events) == 1 and events.pending() == 1
+    finally:
+        events.stop()
