@@ -13,7 +13,7 @@ per-object spam filter of ``tools/record``):
 - **Statuses first.** With ``defer`` (the controller passes "the work queue holds keys"),
   the sender holds queued Events while it is true, each at most ``defer_max_seconds``
   (:data:`DEFER_MAX_SECONDS`, 30 s) after it was queued, and never while the queue is
-  half full (holding must not make it drop Events): on a cold start every status
+  three quarters full (holding must not make it drop Events): on a cold start every status
   PATCH goes out before the ``IPsAssigned`` Events, so the API server's capacity goes to
   what users wait for (addresses) first. :meth:`flush` and :meth:`stop` do not wait.
 - **Spam filter.** Per Service a token bucket (client-go ``record`` defaults: burst 25,
@@ -410,8 +410,8 @@ class EventRecorder:
     def _hold_locked(self) -> float:
         """Under the lock, the queue not empty: seconds the next Event still waits behind
         ``defer`` (0: send it now). A forget costs no request and is never held."""
-        if self._defer is None or self._flushing or len(self._queue) * 2 >= self._queue_size:
-            # Half full: holding more could drop Events the sender would have sent.
+        if self._defer is None or self._flushing or len(self._queue) * 4 >= self._queue_size * 3:
+            # Three quarters full: holding more could drop Events the sender would send.
             return 0.0
         head = self._queue[0]
         if head.event is _FORGET:

@@ -371,7 +371,7 @@ def test_a_failing_defer_check_does_not_stop_events() -> None:
         events.stop()
 
 
-def test_a_half_full_queue_is_sent_even_while_defer_holds() -> None:
+def test_a_three_quarters_full_queue_is_sent_even_while_defer_holds() -> None:
     # Holding must never be why the queue overflows and drops an Event.
     api = MemoryAPI()
     events = EventRecorder(
@@ -383,9 +383,12 @@ def test_a_half_full_queue_is_sent_even_while_defer_holds() -> None:
         time.sleep(0.2)
         assert api.events == []
         assert events.emit(namespace="default", name="b", event=normal("two"))
-        # Half full (2 of 4): sent until it is below half again, the rest still held.
+        time.sleep(0.2)
+        assert api.events == [] and events.pending() == 2
+        assert events.emit(namespace="default", name="c", event=normal("three"))
+        # Three quarters full (3 of 4): sent until it is below that again, the rest held.
         assert wait_until(lambda: len(api.events) == 1, timeout=5)
         time.sleep(0.2)
-        assert len(api.events) == 1 and events.pending() == 1
+        assert len(api.events) == 1 and events.pending() == 2
     finally:
         events.stop()
