@@ -518,3 +518,36 @@ def test_ctrl_c_leaves_the_review_worker_quiet_and_alive(capfd: pytest.CaptureFi
     finally:
         pools.shutdown()
     assert "KeyboardInterrupt" not in capfd.readouterr().err
+
+
+def test_accepted_connections_have_tcp_nodelay_so_a_response_never_waits_for_an_ack() -> None:
+    # uvicorn sends a response's head and body in two writes; without TCP_NODELAY the body
+    # waits for the client's delayed ACK (40 ms) on every kept-alive request. asyncio sets
+    # it only when the listening socket's proto is IPPROTO_TCP (app.server._bind).
+    from app.server import _bind
+
+    listener = CappedListener.wrap(_bind("127.0.0.1", 0, flags="--port"), limit=2)
+    seen: list[int] = []
+
+    async def scenario() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handle, sock=listener)
+        port = listener.getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        listener.close()
+    assert seen and seen[0] != 0
