@@ -1251,6 +1251,7 @@ class Options:
     controllers: list[str] = field(default_factory=lambda: list(CONTROLLERS))
     plot: Path | None = None
     workdir: Path | None = None
+    save: Path | None = None
     profile: bool = False
     admission_rate: float = ADMISSION_RATE
     peer: Path | None = None
@@ -1836,9 +1837,35 @@ def report(result: SizeResult) -> str:
     return "\n".join(lines)
 
 
-def plot(results: Sequence[SizeResult], out: Path) -> None:
-    """Both controllers' cold start against Nodes as a PNG at ``out`` (matplotlib, Agg):
-    wall time until every status was written, CPU until quiet; a log y axis when the
+def cold_start_points(results: Sequence[SizeResult], cap: float) -> list[dict[str, Any]]:
+    """The plotted figures, one dict per size and controller: ``nodes``, ``controller``,
+    ``written_after`` (s after start until every status was written) and ``cpu_quiet``
+    (CPU s until quiet), each ``None`` when not measured, and ``converged`` (False: the
+    cold start hit the ``cap`` of seconds, and the figures are lower bounds: the cap for
+    the wall time, the CPU spent until then). ``--save`` writes these as JSON."""
+    points = []
+    for result in results:
+        for run in result.runs:
+            phase = run.phases.get("cold start")
+            if phase is None:
+                continue
+            points.append(
+                {
+                    "nodes": result.scale.nodes,
+                    "controller": run.controller,
+                    "written_after": phase.written_after if phase.converged else cap,
+                    "cpu_quiet": phase.cpu_quiet if phase.cpu_quiet is not None else None,
+                    "converged": phase.converged,
+                }
+            )
+    return points
+
+
+def plot_points(points: Sequence[Mapping[str, Any]], out: Path) -> None:
+    """Both controllers' cold start against Nodes as a PNG at ``out`` (matplotlib, Agg),
+    from :func:`cold_start_points` dicts (of one run or several: ``bench_peer plot``):
+    wall time until every status was written, CPU until quiet; a figure of a cold start
+    that hit the cap is drawn hollow and labelled as a lower bound; a log y axis when the
     figures span more than a factor of 10."""
     import matplotlib
 
@@ -1846,20 +1873,33 @@ def plot(results: Sequence[SizeResult], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = [
-        ("cold start: every status written", "seconds after start", lambda p: p.written_after),
-        ("cold start: controller CPU until quiet", "CPU seconds", lambda p: p.cpu_quiet),
+        ("cold start: every status written", "seconds after start", "written_after"),
+        ("cold start: controller CPU until quiet", "CPU seconds", "cpu_quiet"),
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(10, 4))
-    for ax, (title, unit, read) in zip(axes, panels, strict=True):
+    for ax, (title, unit, key) in zip(axes, panels, strict=True):
         shown: list[float] = []
         for controller in CONTROLLERS:
-            points = [
-                (r.scale.nodes, float(_get(r.run(controller), "cold start", read))) for r in results
-            ]
-            points = [(n, v) for n, v in points if not math.isnan(v)]
-            if points:
-                ax.plot(*zip(*points, strict=True), "o-", label=controller)
-                shown += [v for _, v in points]
+            mine = sorted(
+                (p for p in points if p["controller"] == controller and p.get(key) is not None),
+                key=lambda p: p["nodes"],
+            )
+            if not mine:
+                continue
+            xs, ys = [p["nodes"] for p in mine], [float(p[key]) for p in mine]
+            (line,) = ax.plot(xs, ys, "-", label=controller)
+            for p, y in zip(mine, ys, strict=True):
+                hollow = not p.get("converged", True)
+                ax.plot(
+                    [p["nodes"]],
+                    [y],
+                    "o",
+                    color=line.get_color(),
+                    markerfacecolor="none" if hollow else line.get_color(),
+                )
+                if hollow:
+                    ax.annotate("not converged (≥)", (p["nodes"], y), fontsize=7)
+            shown += ys
         positive = [v for v in shown if v > 0]
         if positive and max(positive) > 10 * min(positive):
             ax.set_yscale("log")
@@ -1868,6 +1908,11 @@ def plot(results: Sequence[SizeResult], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
+
+
+def plot(results: Sequence[SizeResult], out: Path, cap: float = 900.0) -> None:
+    """:func:`plot_points` of this run's :func:`cold_start_points`."""
+    plot_points(cold_start_points(results, cap), out)
 
 
 def failures(results: Iterable[SizeResult]) -> list[str]:
@@ -1887,8 +1932,11 @@ def run_bench(
         log(f"machine: {machine()}")
         results.append(result)
     if options.plot is not None:
-        plot(results, options.plot)
+        plot(results, options.plot, options.cap)
         log(f"plot: {options.plot}")
+    if options.save is not None:
+        options.save.write_text(json.dumps(cold_start_points(results, options.cap), indent=1))
+        log(f"cold-start figures: {options.save}")
     return results
 
 
@@ -1907,6 +1955,7 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser.add_argument("--controllers", default=",".join(CONTROLLERS), help="cilium,ours")
     parser.add_argument("--plot", type=Path, default=None, help="PNG of the cold start growth")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
+    parser.add_argument("--save", type=Path, default=None, help="JSON of the plotted figures")
     parser.add_argument("--profile", action="store_true", help="py-spy on serve's cold start")
     parser.add_argument("--admission-rate", type=float, default=ADMISSION_RATE, help="per second")
     parser.add_argument("--peer", type=Path, default=None, help="the Cilium peer's binary")
@@ -1925,6 +1974,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         controllers=[c for c in CONTROLLERS if c in controllers],
         plot=args.plot,
         workdir=args.workdir,
+        save=args.save,
         profile=args.profile,
         admission_rate=args.admission_rate,
         peer=args.peer,
@@ -1937,6 +1987,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     converge or an admission answer did not allow. ``probe-admission AIM RATE OUT`` as the
     first arguments runs the prober instead (:func:`probe_admission`)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["plot"]:
+        if len(args) < 3:
+            say("usage: python -m bench.bench_peer plot OUT.png SAVED.json [SAVED.json ...]")
+            return 2
+        points = [p for path in args[2:] for p in json.loads(Path(path).read_text())]
+        plot_points(points, Path(args[1]))
+        say(f"plot: {args[1]} ({len(points)} figures from {len(args) - 2} files)")
+        return 0
     if args[:1] == [PROBE_COMMAND]:
         aim, rate, out = args[1:4]
         probe_admission(Path(aim), float(rate), Path(out))

@@ -30,9 +30,11 @@ from bench.bench_peer import (
     SizeResult,
     Verification,
     apply_change,
+    cold_start_points,
     failures,
     judge_cilium,
     judge_ours,
+    main,
     parse_args,
     percentile,
     plan_churn,
@@ -332,6 +334,25 @@ def test_the_plot_is_a_png(tmp_path: Path) -> None:
     out = tmp_path / "growth.png"
     plot([_result(1000), _result(5000)], out)
     assert out.read_bytes().startswith(PNG)
+
+
+def test_saved_figures_of_separate_runs_plot_together(tmp_path: Path) -> None:
+    small, big = _result(1000), _result(5000)
+    big.runs[0].phases["cold start"].converged = False  # Cilium hit the cap at 5,000
+    points = cold_start_points([small], 900.0) + cold_start_points([big], 600.0)
+    capped = next(p for p in points if p["nodes"] == 5000 and p["controller"] == "cilium")
+    assert capped["converged"] is False and capped["written_after"] == 600.0
+    assert {(p["nodes"], p["controller"]) for p in points} == {
+        (n, c) for n in (1000, 5000) for c in ("cilium", "ours")
+    }
+    saved = []
+    for index, part in enumerate((points[:2], points[2:])):
+        saved.append(tmp_path / f"run{index}.json")
+        saved[-1].write_text(json.dumps(part))
+    out = tmp_path / "both.png"
+    assert main(["plot", str(out), *map(str, saved)]) == 0
+    assert out.read_bytes().startswith(PNG)
+    assert main(["plot", str(out)]) == 2
 
 
 def test_flags() -> None:
