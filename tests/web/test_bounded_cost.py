@@ -551,3 +551,35 @@ def test_accepted_connections_have_tcp_nodelay_so_a_response_never_waits_for_an_
     finally:
         listener.close()
     assert seen and seen[0] != 0
+
+
+def test_serve_freezes_its_start_up_objects_before_serving(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A full GC collection during the first Lists walked every import-time object and
+    # paused the webhook (app.server: gc.freeze() once everything is built).
+    import gc
+    import types
+
+    import app.server as server
+
+    seen: list[int] = []
+    monkeypatch.setattr(server, "api_client_for", lambda settings: (None, False))
+    monkeypatch.setattr(server, "listen_health_probes", lambda settings: None)
+    monkeypatch.setattr(server, "listen", lambda settings: server._bind("127.0.0.1", 0, flags="x"))
+    monkeypatch.setattr(
+        server, "build", lambda settings, **kw: (None, types.SimpleNamespace(), object())
+    )
+    monkeypatch.setattr(
+        server._GracefulServer, "__init__", lambda self, config: None, raising=False
+    )
+    monkeypatch.setattr(
+        server._GracefulServer, "run", lambda self, sockets: seen.append(gc.get_freeze_count())
+    )
+    settings = Settings(bind_address="127.0.0.1", health_probe_bind_address="0")
+    gc.unfreeze()
+    try:
+        server.serve(settings)
+    finally:
+        gc.unfreeze()
+    assert seen and seen[0] > 0
