@@ -126,7 +126,7 @@ from bench.profile import PySpy, summary
 from bench.realapi import SEED_PARALLEL, IngressWatch, RealApi, start_realapi
 from tests.fakeapi.patch import merge_patch
 from tests.peers.cilium.differential import IDENTICAL, cilium_manages, classify
-from tests.peers.cilium.peer import CiliumNodeIpam
+from tests.peers.cilium.peer import CiliumNodeIpam, PeerError
 
 Obj = dict[str, Any]
 Entry = dict[str, str]
@@ -1178,6 +1178,7 @@ class Phase:
     changed: int | None = None
     verification: Verification | None = None
     admission: AdmissionWindow | None = None
+    gave_up_after: float | None = None  # not converged: seconds until it was given up
 
     @property
     def status_writes(self) -> int:
@@ -1500,7 +1501,18 @@ def run_controller(ctx: Context, name: str) -> ControllerRun:
                 run.skipped[phase_name] = why
                 continue
             ctx.log(f"  {name}: {phase_name} ...")
-            phase = steps[phase_name]()
+            began = time.monotonic()
+            try:
+                phase = steps[phase_name]()
+            except PeerError as err:  # Cilium did not start (e.g. its caches never synced)
+                first = str(err).splitlines()[0]
+                phase = Phase(
+                    phase_name,
+                    converged=False,
+                    note=f"did not start: {first}",
+                    gave_up_after=time.monotonic() - began,
+                )
+                ctx.log(f"    {phase_name}: {phase.note}")
             run.phases[phase_name] = phase
             check_phase(run, phase)
             if not phase.converged:
@@ -1556,7 +1568,7 @@ def run_size(
 
     Raises:
         tests.controlplane.build.ControlPlaneUnavailable: no kube-apiserver/etcd binaries.
-        tests.peers.cilium.peer.PeerError: Cilium's controller did not start.
+        (A controller that does not start is a phase that did not converge, not an error.)
         RuntimeError: seeding or clearing the statuses failed, or serve exited.
     """
     unmanaged = round(nodes * options.unmanaged_fraction)
@@ -1853,7 +1865,9 @@ def cold_start_points(results: Sequence[SizeResult], cap: float) -> list[dict[st
                 {
                     "nodes": result.scale.nodes,
                     "controller": run.controller,
-                    "written_after": phase.written_after if phase.converged else cap,
+                    "written_after": (
+                        phase.written_after if phase.converged else phase.gave_up_after or cap
+                    ),
                     "cpu_quiet": phase.cpu_quiet if phase.cpu_quiet is not None else None,
                     "converged": phase.converged,
                 }

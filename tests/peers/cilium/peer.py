@@ -26,6 +26,11 @@ from tests.peers.cilium.build import NAME, build_peer, cilium_version, find_peer
 MODES = ("lbipam", "nodeipam")  # --default-lb-service-ipam values the tests run
 OPERATOR_QPS, OPERATOR_BURST = 100, 200  # cilium-operator's --k8s-client-qps/-burst defaults
 STARTED = "Starting workers"  # controller-runtime's line once the controller's caches synced
+_FAILED = re.compile(rb"level=error msg=Failed [^\n]*")
+"""The hive's line when a cell's start fails (e.g. ``failed to wait for service-nodeipam
+caches to sync``: controller-runtime's CacheSyncTimeout, 2 min); the process then stays up
+with nothing running, so waiting for :data:`STARTED` would only run into the timeout."""
+_TAIL_BYTES = 4096  # kept across polls: a marker line may straddle two reads
 _RECONCILING = re.compile(r'msg="Reconciling Service".*? resource=(\S+)')
 
 
@@ -123,13 +128,29 @@ class CiliumNodeIpam:
         self._server.start()
         self.proc = self._server.proc
         deadline = time.monotonic() + timeout
-        while STARTED not in self.log_path.read_text(errors="replace"):
+        # Read only what was appended since the last poll: at 5,000 Nodes Cilium logs one
+        # "Enqueued Service" line per Node and Service while its caches fill (1 GB in two
+        # minutes), and re-reading the whole log every 0.1 s took a core from it.
+        offset, tail = 0, b""
+        while True:
+            with open(self.log_path, "rb") as log:
+                log.seek(offset)
+                chunk = tail + log.read()
+            offset += len(chunk) - len(tail)
+            if STARTED.encode() in chunk:
+                return self
+            failed = _FAILED.search(chunk)
+            if failed is not None:
+                self.stop()
+                raise PeerError(
+                    self._explain(f"failed: {failed.group(0).decode(errors='replace')}")
+                )
+            tail = chunk[-_TAIL_BYTES:]
             self.check_alive()
             if time.monotonic() > deadline:
                 self.stop()
                 raise PeerError(self._explain(f"not started after {timeout:g} s"))
             time.sleep(0.1)
-        return self
 
     def check_alive(self) -> None:
         """Raise :class:`PeerError` (with the log tail) if the process has exited."""

@@ -85,3 +85,36 @@ def test_stop_is_clean_and_a_dead_peer_is_reported(
     broken.args[0] = f"--k8s-kubeconfig-path={tmp_path / 'missing'}"
     with pytest.raises(PeerError, match=r"cilium-nodeipam \(v\d+\.\d+\.\d+\)"):
         broken.start(timeout=30)
+
+
+def _fake_peer(tmp_path: Path, lines: str) -> CiliumNodeIpam:
+    """A CiliumNodeIpam whose binary is a script printing ``lines`` then sleeping."""
+    import types
+
+    script = tmp_path / "fake-peer"
+    script.write_text(f"#!/bin/sh\ncat <<'EOF'\n{lines}\nEOF\nexec sleep 60\n")
+    script.chmod(0o755)
+    plane = types.SimpleNamespace(kubeconfig_path=tmp_path / "kubeconfig", workdir=tmp_path)
+    return CiliumNodeIpam(plane, binary=script)  # type: ignore[arg-type]
+
+
+def test_a_failed_start_is_reported_at_once_not_after_the_timeout(tmp_path: Path) -> None:
+    # At 5,000 Nodes Cilium's Node cache does not sync within controller-runtime's 2 min;
+    # the hive logs the failure and the process stays up doing nothing.
+    peer = _fake_peer(
+        tmp_path,
+        'time=x level=error msg=Failed module=controller-runtime error="failed to wait for'
+        ' service-nodeipam caches to sync kind source: *v1.Node: timed out"',
+    )
+    with pytest.raises(PeerError, match="failed to wait for service-nodeipam caches to sync"):
+        peer.start(timeout=30)
+    assert peer.proc is None
+
+
+def test_the_started_line_is_found_after_a_long_log(tmp_path: Path) -> None:
+    filler = "\n".join(f'time=x level=info msg="Enqueued Service" n={i}' for i in range(20000))
+    peer = _fake_peer(tmp_path, f'{filler}\ntime=x level=info msg="Starting workers"')
+    try:
+        assert peer.start(timeout=30) is peer
+    finally:
+        peer.stop()
