@@ -328,7 +328,7 @@ def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
             # the cyclic GC's reach, a full collection no longer walks those ~80,000
             # objects. Full collections during the first Lists paused every thread up to
             # 69 ms (75 ms at 5,000 Nodes in-process; 23 ms frozen), the webhook's p99
-            # during a cold start among them (bench/README.md §9).
+            # during a cold start among them (bench/bench_peer.py's admission prober).
             gc.freeze()
             if health_socket is not None:
                 probes = start_health_probes(
