@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import tempfile
 import threading
 import time
@@ -56,7 +57,7 @@ from bench.cluster import (
     pick_node,
     service_key,
 )
-from bench.procs import FakeApi, machine, wait_for
+from bench.procs import FakeApi, machine, stop_stream, stream_socket, wait_for
 from bench.profile import PySpy, summary
 
 HEARTBEATS = 1000
@@ -77,12 +78,14 @@ class ServiceWatch:
         }
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._stopped = threading.Event()
+        self._socket: socket.socket | None = None
         self._thread.start()
 
     def _run(self) -> None:
         last: dict[str, Any] = {}
         try:
             with self._client.stream("GET", SERVICES, params=self._params) as response:
+                self._socket = stream_socket(response)
                 for line in response.iter_lines():
                     if self._stopped.is_set():
                         return
@@ -112,8 +115,9 @@ class ServiceWatch:
             return result
 
     def stop(self) -> None:
+        """End the watch (:func:`bench.procs.stop_stream`)."""
         self._stopped.set()
-        self._client.close()
+        stop_stream(self._socket, self._thread, self._client)
 
 
 @dataclass

@@ -837,10 +837,6 @@ class StatusWatch(IngressWatch):
         with self._cond:
             return {key for key, at in self._changed_at.items() if at >= since}
 
-    def close(self) -> None:
-        """End the watch (its thread ends with a closed-client error, kept, not raised)."""
-        self._client.close()
-
 
 # -- admission prober (the separate process) ----------------------------------------------
 

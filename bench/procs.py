@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -18,6 +19,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -118,6 +120,39 @@ def memory_mb(pid: int, field: str = "VmHWM") -> float:
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     raise ValueError(f"{field} not in /proc/{pid}/status")
+
+
+def stream_socket(response: httpx.Response) -> socket.socket | None:
+    """The socket under a streamed ``httpx`` response (httpcore's ``network_stream``
+    extension: a ``socket.socket``, or an ``ssl.SSLSocket`` over TLS), or None."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def stop_stream(
+    sock: socket.socket | None,
+    reader: threading.Thread,
+    client: httpx.Client,
+    *,
+    timeout: float = 10.0,
+) -> None:
+    """End a stream (a watch) that thread ``reader`` is reading from ``sock`` of ``client``:
+    shut the socket down, so that the reader's blocked ``recv`` returns at once, wait up to
+    ``timeout`` s for the reader to end, then close the client (if the reader is still
+    alive, the client is left open: its thread is a daemon).
+
+    Closing the client first would free the file descriptor under the blocked reader: the
+    next connection the process opens gets the same number, and OpenSSL, which keeps the
+    number in its BIO, then reads that connection's bytes from the old thread, so both
+    streams break (``[SSL: WRONG_VERSION_NUMBER]`` on a watch that had just started)."""
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the kernel's, not the TLS close
+    if reader.is_alive():  # (never started: nothing to wait for)
+        reader.join(timeout)
+    if not reader.is_alive():
+        client.close()
 
 
 class Process:

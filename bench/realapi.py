@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import ssl
 import threading
 import time
@@ -42,7 +43,7 @@ from typing import Any
 import httpx
 
 from bench.cluster import service_key
-from bench.procs import HttpApi, cpu_seconds, memory_mb
+from bench.procs import HttpApi, cpu_seconds, memory_mb, stop_stream, stream_socket
 from tests.controlplane.plane import DUAL_STACK_SERVICE_CLUSTER_IP_RANGE, ControlPlane
 
 Obj = dict[str, Any]
@@ -261,6 +262,7 @@ class IngressWatch:
         self._error: BaseException | None = None
         self._finished = threading.Event()
         self._client = api.client(timeout=None)
+        self._socket: socket.socket | None = None
         self._params = {
             "watch": "true",
             "resourceVersion": version,
@@ -285,6 +287,7 @@ class IngressWatch:
     def _run(self) -> None:
         try:
             with self._client.stream("GET", "/api/v1/services", params=self._params) as stream:
+                self._socket = stream_socket(stream)
                 stream.raise_for_status()
                 for line in stream.iter_lines():
                     if not line:
@@ -303,6 +306,11 @@ class IngressWatch:
         finally:
             self._finished.set()
             self._client.close()
+
+    def close(self) -> None:
+        """End the watch and its thread (:func:`bench.procs.stop_stream`; the thread's
+        error, a closed stream, is kept, not raised)."""
+        stop_stream(self._socket, self._thread, self._client)
 
     def wait(self, timeout: float) -> float:
         """Monotonic time the last managed Service got its expected ingress.
