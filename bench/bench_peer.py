@@ -1908,7 +1908,14 @@ def plot_points(points: Sequence[Mapping[str, Any]], out: Path) -> None:
                     markerfacecolor="none" if hollow else line.get_color(),
                 )
                 if hollow:
-                    ax.annotate("not converged (≥)", (p["nodes"], y), fontsize=7)
+                    ax.annotate(
+                        "not converged (≥)",
+                        (p["nodes"], y),
+                        xytext=(-6, 6),
+                        textcoords="offset points",
+                        ha="right",
+                        fontsize=7,
+                    )
             shown += ys
         positive = [v for v in shown if v > 0]
         if positive and max(positive) > 10 * min(positive):
