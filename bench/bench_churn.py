@@ -86,6 +86,8 @@ class ServiceWatch:
         try:
             with self._client.stream("GET", SERVICES, params=self._params) as response:
                 self._socket = stream_socket(response)
+                if self._stopped.is_set():  # stop() came before the head: it saw no socket
+                    return
                 for line in response.iter_lines():
                     if self._stopped.is_set():
                         return

@@ -1871,6 +1871,44 @@ def cold_start_points(results: Sequence[SizeResult], cap: float) -> list[dict[st
     return points
 
 
+def saved_points(path: Path) -> list[dict[str, Any]]:
+    """The :func:`cold_start_points` that ``--save`` wrote to ``path``.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: it is not JSON, or not a list of such points (``nodes`` a positive
+            integer, ``controller`` one of :data:`CONTROLLERS`, ``written_after`` and
+            ``cpu_quiet`` numbers or null, ``converged`` a boolean); the message names the
+            file, the point and the field.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not JSON ({err})") from None
+    if not isinstance(data, list):
+        raise ValueError(
+            f"{path}: expected a list of points (bench_peer --save), got {type(data).__name__}"
+        )
+    for index, point in enumerate(data):
+        where = f"{path}: point {index}"
+        if not isinstance(point, dict):
+            raise ValueError(f"{where}: expected an object, got {type(point).__name__}")
+        nodes = point.get("nodes")
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes <= 0:
+            raise ValueError(f"{where}: 'nodes' must be a positive integer, got {nodes!r}")
+        if point.get("controller") not in CONTROLLERS:
+            raise ValueError(f"{where}: 'controller' must be one of {', '.join(CONTROLLERS)}")
+        for name in ("written_after", "cpu_quiet"):
+            value = point.get(name)
+            if value is not None and (
+                not isinstance(value, (int, float)) or isinstance(value, bool)
+            ):
+                raise ValueError(f"{where}: '{name}' must be a number or null, got {value!r}")
+        if not isinstance(point.get("converged", True), bool):
+            raise ValueError(f"{where}: 'converged' must be true or false")
+    return data
+
+
 def plot_points(points: Sequence[Mapping[str, Any]], out: Path) -> None:
     """Both controllers' cold start against Nodes as a PNG at ``out`` (matplotlib, Agg),
     from :func:`cold_start_points` dicts (of one run or several: ``bench_peer plot``):
@@ -1896,8 +1934,14 @@ def plot_points(points: Sequence[Mapping[str, Any]], out: Path) -> None:
             )
             if not mine:
                 continue
-            xs, ys = [p["nodes"] for p in mine], [float(p[key]) for p in mine]
-            (line,) = ax.plot(xs, ys, "-", label=controller)
+            ys = [float(p[key]) for p in mine]
+            # The line joins converged figures only: a lower bound is no point of a trend.
+            (line,) = ax.plot(
+                [p["nodes"] for p in mine if p.get("converged", True)],
+                [float(p[key]) for p in mine if p.get("converged", True)],
+                "-",
+                label=controller,
+            )
             for p, y in zip(mine, ys, strict=True):
                 hollow = not p.get("converged", True)
                 ax.plot(
@@ -1911,7 +1955,7 @@ def plot_points(points: Sequence[Mapping[str, Any]], out: Path) -> None:
                     ax.annotate(
                         "not converged (≥)",
                         (p["nodes"], y),
-                        xytext=(-6, 6),
+                        xytext=(-6, -12),
                         textcoords="offset points",
                         ha="right",
                         fontsize=7,
@@ -2008,7 +2052,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(args) < 3:
             say("usage: python -m bench.bench_peer plot OUT.png SAVED.json [SAVED.json ...]")
             return 2
-        points = [p for path in args[2:] for p in json.loads(Path(path).read_text())]
+        try:
+            points = [p for path in args[2:] for p in saved_points(Path(path))]
+        except (OSError, ValueError) as err:
+            say(f"bench_peer plot: {err}")
+            return 2
         plot_points(points, Path(args[1]))
         say(f"plot: {args[1]} ({len(points)} figures from {len(args) - 2} files)")
         return 0

@@ -263,6 +263,7 @@ class IngressWatch:
         self._finished = threading.Event()
         self._client = api.client(timeout=None)
         self._socket: socket.socket | None = None
+        self._closing = False
         self._params = {
             "watch": "true",
             "resourceVersion": version,
@@ -288,6 +289,8 @@ class IngressWatch:
         try:
             with self._client.stream("GET", "/api/v1/services", params=self._params) as stream:
                 self._socket = stream_socket(stream)
+                if self._closing:  # close() came before the answer's head: it saw no socket
+                    return
                 stream.raise_for_status()
                 for line in stream.iter_lines():
                     if not line:
@@ -310,6 +313,7 @@ class IngressWatch:
     def close(self) -> None:
         """End the watch and its thread (:func:`bench.procs.stop_stream`; the thread's
         error, a closed stream, is kept, not raised)."""
+        self._closing = True  # before reading _socket: see _run
         stop_stream(self._socket, self._thread, self._client)
 
     def wait(self, timeout: float) -> float:

@@ -366,3 +366,29 @@ def test_flags() -> None:
         parse_args(["--controllers", "metallb"])
     with pytest.raises(SystemExit):
         parse_args(["--steady-seconds", "0"])
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "not JSON"),
+        ("{", "not JSON"),
+        ('{"nodes": 1000}', "expected a list of points"),
+        ("[1]", "point 0: expected an object"),
+        ('[{"controller": "ours"}]', "'nodes' must be a positive integer"),
+        ('[{"nodes": 1000, "controller": "metallb"}]', "'controller' must be one of"),
+        ('[{"nodes": 1000, "controller": "ours", "cpu_quiet": "x"}]', "'cpu_quiet' must be"),
+        ('[{"nodes": 1000, "controller": "ours", "converged": "no"}]', "'converged' must be"),
+    ],
+)
+def test_plot_names_the_file_and_field_of_a_malformed_save(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    # Before: a raw traceback (JSONDecodeError, TypeError, KeyError) for each of these.
+    saved = tmp_path / "run.json"
+    saved.write_text(content)
+    assert main(["plot", str(tmp_path / "out.png"), str(saved)]) == 2
+    said = capsys.readouterr()
+    assert message in said.out + said.err and str(saved) in said.out + said.err
+    assert not (tmp_path / "out.png").exists()
+    assert main(["plot", str(tmp_path / "out.png"), str(tmp_path / "missing.json")]) == 2

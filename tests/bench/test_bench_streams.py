@@ -16,9 +16,11 @@ from bench.realapi import IngressWatch
 
 
 class _IdleWatch(socketserver.BaseRequestHandler):
-    """Answers one GET with the head of a chunked 200 and then sends nothing: an idle watch."""
+    """Answers one GET with the head of a chunked 200 (once ``head`` is set) and then
+    sends nothing: an idle watch."""
 
     release: threading.Event
+    head: threading.Event
 
     def handle(self) -> None:
         data = b""
@@ -27,6 +29,7 @@ class _IdleWatch(socketserver.BaseRequestHandler):
             if not chunk:
                 return
             data += chunk
+        self.head.wait(30)
         self.request.sendall(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
@@ -46,9 +49,15 @@ class _StubApi:
 
 
 @pytest.fixture
-def idle_watch_server() -> Iterator[str]:
+def head() -> threading.Event:
+    """Set: the server sends the answer's head."""
+    return threading.Event()
+
+
+@pytest.fixture
+def idle_watch_server(head: threading.Event) -> Iterator[str]:
     release = threading.Event()
-    handler = type("Handler", (_IdleWatch,), {"release": release})
+    handler = type("Handler", (_IdleWatch,), {"release": release, "head": head})
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -61,15 +70,23 @@ def idle_watch_server() -> Iterator[str]:
         server.server_close()
 
 
-def test_close_returns_only_once_the_reader_has_ended(idle_watch_server: str) -> None:
-    # Before: close() closed the client under the thread blocked in recv; the freed file
-    # descriptor went to the next connection (the next controller's watch), whose TLS
-    # stream the old thread then read from: "[SSL: WRONG_VERSION_NUMBER]" at 5,000 Nodes.
-    watch = IngressWatch(
-        _StubApi(idle_watch_server),  # type: ignore[arg-type]
+def _pending_watch(url: str) -> IngressWatch:
+    """An IngressWatch with one Service still pending, so that its reader thread runs."""
+    return IngressWatch(
+        _StubApi(url),  # type: ignore[arg-type]
         {"ns/svc": [{"ip": "10.0.0.1"}]},
         timeout=30,
     )
+
+
+def test_close_returns_only_once_the_reader_has_ended(
+    idle_watch_server: str, head: threading.Event
+) -> None:
+    # Before: close() closed the client under the thread blocked in recv; the freed file
+    # descriptor went to the next connection (the next controller's watch), whose TLS
+    # stream the old thread then read from: "[SSL: WRONG_VERSION_NUMBER]" at 5,000 Nodes.
+    watch = _pending_watch(idle_watch_server)
+    head.set()
     deadline = time.monotonic() + 5
     while watch._socket is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -84,3 +101,20 @@ def test_close_returns_only_once_the_reader_has_ended(idle_watch_server: str) ->
     assert sock.fileno() == -1  # closed by the client, after the reader ended
     with pytest.raises(RuntimeError, match="watch on Services failed"):
         watch.wait(0.1)
+
+
+def test_close_before_the_answer_ends_the_reader_once_the_head_arrives(
+    idle_watch_server: str, head: threading.Event
+) -> None:
+    # close() that finds no socket yet (the answer's head not read) must still end the
+    # reader: it sees the flag once the head is in, instead of reading for good.
+    watch = _pending_watch(idle_watch_server)
+    began = time.monotonic()
+    closer = threading.Thread(target=watch.close)
+    closer.start()  # finds no socket: the head has not been sent
+    time.sleep(0.2)
+    head.set()
+    closer.join(15)
+    assert not closer.is_alive()
+    assert time.monotonic() - began < 5, "close() waited out its timeout"
+    assert not watch._thread.is_alive(), "the reader kept reading after close()"
