@@ -667,6 +667,15 @@ def settled_versions(
     return versions
 
 
+def slice_versions(cluster: Cluster, service: str) -> dict[str, str]:
+    """``service``'s EndpointSlices (in APP), name -> resourceVersion: an endpoint's
+    readiness changing bumps it."""
+    slices = kubectl_json(
+        cluster, "-n", APP, "get", "endpointslices", "-l", f"kubernetes.io/service-name={service}"
+    )["items"]
+    return {s["metadata"]["name"]: s["metadata"]["resourceVersion"] for s in slices}
+
+
 def pod_names(cluster: Cluster) -> set[str]:
     return {
         p["metadata"]["name"]
@@ -676,16 +685,31 @@ def pod_names(cluster: Cluster) -> set[str]:
 
 @pytest.mark.timeout(ROLLING_TIMEOUT)
 def test_helm_upgrade_rolls_the_pods_without_a_status_write(release: Cluster, helm: Path) -> None:
-    # Before: resource_versions() at once; web-local's status was then written during the
-    # upgrade when the previous test's kube-apiserver outage left a Node NotReady for a
-    # moment (an endpoint not ready, then ready again), not by the rolling Pods.
+    # Before: resource_versions() at once, and any write failed the test; web-local's
+    # status was written during the upgrade because its endpoints changed (below), not
+    # because the Pods rolled.
     before, pods = settled_versions(release), pod_names(release)
+    slices_before = slice_versions(release, "web-local")
     helm_upgrade(helm, release, "--set", "settings.log-level=debug")
     wait_for("a new leader", lambda: lease_holder(release).split("_")[0] not in pods)
     time.sleep(5)  # the new leader's first full reconcile
     # The old Pods may still be terminating (their grace period) on a loaded machine.
     wait_for("the old Pods to be gone", lambda: not (pod_names(release) & pods), timeout=60)
-    assert resource_versions(release) == before
+    after = resource_versions(release)
+    written = {name for name in SERVICES if after[name] != before[name]}
+    # The previous test's kube-apiserver outage has a tail: the node lifecycle and
+    # EndpointSlice controllers catch up for about a minute (in .ci/run, twice: web-local's
+    # endpoint on node-2 not ready for 13 s, a minute after the outage, inside this test),
+    # and web-local is then rightly written. The Cluster Services never depend on that.
+    if slice_versions(release, "web-local") != slices_before:
+        written.discard("web-local")
+        figure("helm upgrade: web-local's endpoints changed meanwhile (its writes allowed)", True)
+    assert written == set(), {name: (before[name], after[name]) for name in written}
+    wait_for(
+        "web-local listing its 4 addresses after the upgrade",
+        lambda: len(ingress_ips(release, "web-local")) == 4,
+        timeout=60,
+    )
 
 
 @pytest.mark.timeout(ROLLING_TIMEOUT)
