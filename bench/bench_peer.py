@@ -1936,12 +1936,10 @@ def plot_points(points: Sequence[Mapping[str, Any]], out: Path) -> None:
                 continue
             ys = [float(p[key]) for p in mine]
             # The line joins converged figures only: a lower bound is no point of a trend.
-            (line,) = ax.plot(
-                [p["nodes"] for p in mine if p.get("converged", True)],
-                [float(p[key]) for p in mine if p.get("converged", True)],
-                "-",
-                label=controller,
-            )
+            trend = [
+                (p["nodes"], y) for p, y in zip(mine, ys, strict=True) if p.get("converged", True)
+            ]
+            (line,) = ax.plot([x for x, _ in trend], [y for _, y in trend], "-", label=controller)
             for p, y in zip(mine, ys, strict=True):
                 hollow = not p.get("converged", True)
                 ax.plot(
