@@ -30,6 +30,18 @@ cli = typer.Typer(
 )
 
 
+# Port ownership (docs/design.md §4.9): the same help on serve and preview.
+RESERVED_NODE_PORTS_HELP = (
+    "Ports never published on a node address (the node's own): PORT or FIRST-LAST,"
+    " optionally /TCP, /UDP or /SCTP, comma-separated; empty reserves none"
+)
+RESERVED_PORT_EXCEPTIONS_HELP = (
+    "Reserved ports granted to one Service each: NAMESPACE/NAME:PORTS, separated by ';',"
+    " several PORTS joined by '+', e.g. infra/bastion:22"
+)
+ALLOWED_NAMESPACES_HELP = "Namespaces whose Services may get node addresses, comma-separated"
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"node-ipam-lb {__version__}")
@@ -159,6 +171,15 @@ def preview(
         float | None, typer.Option(help="NotReady grace period, seconds")
     ] = None,
     ip_mode: Annotated[str | None, typer.Option(help="ipMode of the entries: VIP or Proxy")] = None,
+    reserved_node_ports: Annotated[str | None, typer.Option(help=RESERVED_NODE_PORTS_HELP)] = None,
+    reserved_port_exceptions: Annotated[
+        str | None,
+        typer.Option(help=RESERVED_PORT_EXCEPTIONS_HELP, show_default="none"),
+    ] = None,
+    allowed_namespaces: Annotated[
+        str | None,
+        typer.Option(help=ALLOWED_NAMESPACES_HELP, show_default="every namespace"),
+    ] = None,
 ) -> None:
     """Show the ingress each Service gets and why, from a dump or the live cluster
     (docs/design.md §8). Settings flags are also NODE_IPAM_* variables, as for serve."""
@@ -176,6 +197,9 @@ def preview(
         "exclude_not_ready_nodes": exclude_not_ready_nodes,
         "not_ready_grace_seconds": not_ready_grace_seconds,
         "ip_mode": ip_mode,
+        "reserved_node_ports": reserved_node_ports,
+        "reserved_port_exceptions": reserved_port_exceptions,
+        "allowed_namespaces": allowed_namespaces,
     }
     try:
         settings = from_flags(SelectionConfig, flags).selection()
@@ -285,6 +309,13 @@ def serve(
         float | None, _flag("NotReady grace period, seconds")
     ] = None,
     ip_mode: Annotated[str | None, _flag("ipMode of the entries: VIP or Proxy")] = None,
+    reserved_node_ports: Annotated[str | None, _flag(RESERVED_NODE_PORTS_HELP)] = None,
+    reserved_port_exceptions: Annotated[
+        str | None, _flag(RESERVED_PORT_EXCEPTIONS_HELP, default="none")
+    ] = None,
+    allowed_namespaces: Annotated[
+        str | None, _flag(ALLOWED_NAMESPACES_HELP, default="every namespace")
+    ] = None,
     workers: Annotated[int | None, _flag("Concurrent reconciles")] = None,
     auth: Annotated[
         str | None,

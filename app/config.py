@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from app.core.options import (
+    DEFAULT_RESERVED_NODE_PORTS,
     LOAD_BALANCER_CLASS,
     MATCH_NODE_LABELS_ANNOTATION,
     DefaultLBServiceIPAM,
@@ -71,6 +72,10 @@ class SelectionConfig(BaseSettings):
     exclude_not_ready_nodes: bool = False
     not_ready_grace_seconds: float = Field(default=60.0, ge=0, le=DAY_SECONDS)
     ip_mode: IPMode = "VIP"
+    # Port ownership (docs/design.md §4.9).
+    reserved_node_ports: str = DEFAULT_RESERVED_NODE_PORTS
+    reserved_port_exceptions: str = ""
+    allowed_namespaces: str = ""
 
     def selection(self) -> SelectionSettings:
         """Return the pure :class:`SelectionSettings` view of these settings.
@@ -86,6 +91,9 @@ class SelectionConfig(BaseSettings):
             exclude_not_ready_nodes=self.exclude_not_ready_nodes,
             not_ready_grace_seconds=self.not_ready_grace_seconds,
             ip_mode=self.ip_mode,
+            reserved_node_ports=self.reserved_node_ports,
+            reserved_port_exceptions=self.reserved_port_exceptions,
+            allowed_namespaces=self.allowed_namespaces,
         )
 
 

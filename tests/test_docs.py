@@ -30,3 +30,13 @@ def test_readme_says_how_long_setup_and_tests_take_and_what_the_real_api_tier_ne
     assert "needs Go" in top
     assert "](#tests-against-a-real-api-server)" in top
     assert "\n## Tests against a real API server\n" in README
+
+
+def test_readme_names_every_settings_flag_of_preview() -> None:
+    from app.config import SelectionConfig
+
+    listed = README.split("The settings are flags named like", 1)[1].split(". A dump", 1)[0]
+    named = set(re.findall(r"`--([a-z-]+)`", listed))
+    # enable_node_ipam is Cilium's on/off switch: preview has no flag for it.
+    settings = {f.replace("_", "-") for f in SelectionConfig.model_fields} - {"enable-node-ipam"}
+    assert named == settings

@@ -1,26 +1,34 @@
 """The in-memory cluster state the informers keep: slim views only (docs/design.md §5).
 
-:class:`ClusterCache` holds :class:`~app.core.views.NodeView`, :class:`~app.core.views.ServiceView`
-and :class:`~app.core.views.EndpointSliceView` objects, never full API objects, keyed like
-client-go's ``MetaNamespaceKeyFunc`` (``name`` for Nodes, ``namespace/name`` otherwise),
-with an index of EndpointSlices by ``namespace/<kubernetes.io/service-name>``. Informer
-threads write, workers and the web layer read; every method is thread-safe.
+:class:`ClusterCache` holds :class:`~app.core.views.NodeView`, :class:`~app.core.views.ServiceView`,
+:class:`~app.core.views.EndpointSliceView` and :class:`~app.core.views.PodView` (host-network
+Pods only) objects, never full API objects, keyed like client-go's ``MetaNamespaceKeyFunc``
+(``name`` for Nodes, ``namespace/name`` otherwise), with an index of EndpointSlices by
+``namespace/<kubernetes.io/service-name>`` and the port index of Services and Pods
+(docs/design.md §4.9). Informer threads write, workers and the web layer read; every method
+is thread-safe.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from app.core.nodeindex import NodeIndex
-from app.core.views import EndpointSliceView, NodeView, ServiceView
+from app.core.nodeipam import is_managed
+from app.core.options import SelectionSettings
+from app.core.ports import PortIndex, PortKey
+from app.core.views import EndpointSliceView, NodeView, PodView, ServiceView
 from app.kube.client import Kind
 
-KINDS: tuple[Kind, ...] = ("nodes", "services", "endpointslices")
+KINDS: tuple[Kind, ...] = ("nodes", "services", "endpointslices", "pods")
+"""The watched kinds; ``pods`` are the ``hostNetwork: true`` Pods (the informer lists and
+watches them with ``fieldSelector=spec.hostNetwork=true``, app.kube.client.FIELD_SELECTORS)."""
 
 View = Any
-"""A NodeView, ServiceView or EndpointSliceView (the store of each kind holds one type)."""
+"""A NodeView, ServiceView, EndpointSliceView or PodView (the store of each kind holds one
+type)."""
 
 Change = tuple[str, View | None, View | None]
 """``(key, old view or None, new view or None)`` as one informer update produced it."""
@@ -32,9 +40,15 @@ def service_key(namespace: str, name: str) -> str:
 
 
 class ClusterCache:
-    """Thread-safe store of the three watched kinds; see the module docstring."""
+    """Thread-safe store of the four watched kinds (:data:`KINDS`); see the module docstring.
 
-    def __init__(self) -> None:
+    It also keeps the port index of docs/design.md §4.9 (:class:`~app.core.ports.PortIndex`),
+    updated with every Service and host-network Pod it stores; ``selection`` decides which
+    Services are managed there (default: the default settings)."""
+
+    def __init__(self, selection: SelectionSettings | None = None) -> None:
+        settings = selection if selection is not None else SelectionSettings()
+        self._ports = PortIndex(lambda view: is_managed(view, settings)[0])
         self._lock = threading.Lock()
         self._stores: dict[Kind, dict[str, View]] = {kind: {} for kind in KINDS}
         self._slices_by_service: dict[str, dict[str, EndpointSliceView]] = {}
@@ -44,7 +58,8 @@ class ClusterCache:
 
     @property
     def synced(self) -> bool:
-        """True after the first full list of all three kinds has been stored."""
+        """True after the first full list of every kind of :data:`KINDS` has been stored
+        (host-network Pods included: port ownership must not be decided without them)."""
         with self._lock:
             return len(self._synced) == len(KINDS)
 
@@ -130,7 +145,13 @@ class ClusterCache:
             ]
             changes.extend((key, old, None) for key, old in previous.items() if key not in views)
             self._stores[kind] = dict(views)
-            if kind == "endpointslices":
+            if kind == "services":
+                for key, old, new in changes:
+                    self._ports.put_service(key, old, new)
+            elif kind == "pods":
+                for key, old, new in changes:
+                    self._ports.put_pod(key, old, new)
+            elif kind == "endpointslices":
                 self._slices_by_service = {}
                 for key, view in views.items():
                     self._index_slice_locked(key, None, view)
@@ -143,7 +164,11 @@ class ClusterCache:
     def _after_change_locked(
         self, kind: Kind, key: str, old: View | None, new: View | None
     ) -> None:
-        if kind == "nodes":
+        if kind == "services":
+            self._ports.put_service(key, old, new)
+        elif kind == "pods":
+            self._ports.put_pod(key, old, new)
+        elif kind == "nodes":
             self._nodes_snapshot = None
             self._node_index = None
         elif kind == "endpointslices":
@@ -162,3 +187,38 @@ class ClusterCache:
         if new is not None and new.service_name is not None:
             owner = service_key(new.namespace, new.service_name)
             self._slices_by_service.setdefault(owner, {})[key] = new
+
+    # Port index (docs/design.md §4.9): app.core.ports.PortLookup, under the cache's lock.
+
+    def claimants(self, key: PortKey) -> list[ServiceView]:
+        """The managed Services with port ``key`` (``(protocol, port)``)."""
+        with self._lock:
+            return self._ports.claimants(key)
+
+    def fixed(self, key: PortKey) -> list[tuple[ServiceView, tuple[str, ...]]]:
+        """Services holding ``key`` on fixed addresses (another class's ingress,
+        ``spec.externalIPs``), with those addresses."""
+        with self._lock:
+            return self._ports.fixed(key)
+
+    def node_port_holders(self, key: PortKey) -> list[tuple[ServiceView, str]]:
+        """Services with ``key`` as an allocated nodePort or healthCheckNodePort."""
+        with self._lock:
+            return self._ports.node_port_holders(key)
+
+    def pods(self, key: PortKey) -> list[PodView]:
+        """host-network Pods declaring ``key`` as a containerPort."""
+        with self._lock:
+            return self._ports.pods(key)
+
+    def port_version(self) -> int:
+        """The port index's ``version`` (:class:`app.core.ports.PortIndex`): changes
+        whenever what any Service or Pod blocks changes."""
+        with self._lock:
+            return self._ports.version
+
+    def related(self, ports: Iterable[PortKey]) -> set[str]:
+        """Keys of the managed Services with one of ``ports`` (whose ownership a change
+        to something holding one of them can alter)."""
+        with self._lock:
+            return self._ports.related(ports)

@@ -3,9 +3,9 @@ under leader election (docs/design.md §5).
 
 Every replica runs the informers (admission and preview read the cache). Only the leader
 enqueues and reconciles: worker threads exist on every replica but the queue is fed only
-while leading, and each status write re-checks leadership. Keys are enqueued once the three
-kinds are synced; on that moment and on every acquisition of the Lease, every Service is
-enqueued once (the queue deduplicates).
+while leading, and each status write re-checks leadership. Keys are enqueued once the four
+kinds (Nodes, Services, EndpointSlices, host-network Pods) are synced; on that moment and on
+every acquisition of the Lease, every Service is enqueued once (the queue deduplicates).
 
 Which keys an event enqueues is :mod:`app.controller.triggers`.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any
 
@@ -28,7 +28,15 @@ from app.controller.reconciler import Reconciler
 from app.controller.triggers import services_for_endpoint_slice_changes, services_for_node_change
 from app.controller.workqueue import WorkQueue
 from app.core.nodeipam import is_managed
-from app.core.views import ServiceView, endpoint_slice_view, node_view, service_view
+from app.core.ports import held_ports, pod_ports
+from app.core.views import (
+    PodView,
+    ServiceView,
+    endpoint_slice_view,
+    node_view,
+    pod_view,
+    service_view,
+)
 from app.kube.client import ApiError, Kind, KubeAPI, KubernetesAPI
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
@@ -40,6 +48,21 @@ RETRY_AFTER_RETRIES = 10
 ``rest.Request`` ``maxRetries``)."""
 RETRY_AFTER_MAX_SECONDS = 60.0
 """Longest single wait on a ``Retry-After`` (API Priority and Fairness sends at most 60)."""
+
+
+def host_pod_view(obj: Mapping[str, Any]) -> PodView | None:
+    """:func:`app.core.views.pod_view` of a Pod that holds a port, else ``None`` (the
+    informer then keeps nothing of it, or drops what it kept): a Pod not on the host
+    network, not bound, ended or declaring no ``containerPort`` blocks no address
+    (docs/design.md §4.9), so only the Pods that do cost memory. The API server already
+    sends only host-network Pods (``fieldSelector=spec.hostNetwork=true``); this also
+    keeps any other Pod out of the cache should a server send it anyway.
+
+    Raises:
+        ViewError: as :func:`~app.core.views.pod_view`.
+    """
+    view = pod_view(obj)
+    return view if view.ports else None
 
 
 class Controller:
@@ -60,14 +83,14 @@ class Controller:
     ) -> None:
         self.settings = settings
         self.identity = identity
-        self.cache = ClusterCache()
+        self._selection = settings.selection()
+        self.cache = ClusterCache(self._selection)
         self._own_api: KubernetesAPI | None = None  # closed by stop()
         if api is None:
             api = self._own_api = KubernetesAPI(
                 api_client, request_timeout=settings.request_timeout_seconds
             )
         self._api: KubeAPI = api
-        self._selection = settings.selection()
         # serve --no-reconciler, or enable_node_ipam false (Cilium's enable-node-ipam switch:
         # serve --no-enable-node-ipam or NODE_IPAM_ENABLE_NODE_IPAM=false): watch, never write.
         self._writes = settings.reconciler and settings.enable_node_ipam
@@ -115,6 +138,7 @@ class Controller:
             "nodes": node_view,
             "services": partial(service_view, match_node_labels_annotation=annotation),
             "endpointslices": endpoint_slice_view,
+            "pods": host_pod_view,
         }
         self.informers = [
             Informer(
@@ -176,7 +200,8 @@ class Controller:
         log_event(LOG, "controller stopped", identity=self.identity)
 
     def ready(self) -> bool:
-        """True once the first full list of Nodes, Services and EndpointSlices is cached."""
+        """True once the first full list of Nodes, Services, EndpointSlices and host-network
+        Pods is cached."""
         return self.cache.synced
 
     def healthy(self) -> tuple[bool, str]:
@@ -231,7 +256,7 @@ class Controller:
             return self._adds
 
     def _enqueue(self, keys: Iterable[str]) -> None:
-        # Called from the three informer threads: the counter is updated under the lock,
+        # Called from the informer threads: the counter is updated under the lock,
         # the keys are consumed outside it (computing them may take other locks).
         if self._writes and self._enqueued_after_sync and self.is_leader():
             added = 0
@@ -275,15 +300,15 @@ class Controller:
     def _on_changes(self, kind: Kind, changes: list[Change]) -> None:
         if kind == "services":
             self._track_managed(changes)
-            self._enqueue(
-                key
-                for key, old, new in changes
-                if new is None or not self.reconciler.is_own_write(old, new)
-            )
+            self._enqueue(self._service_keys(changes))
         elif kind == "endpointslices":
             with self._lock:
                 keys = services_for_endpoint_slice_changes(changes=changes, managed=self._managed)
-            self._enqueue(keys)
+                # A Local Service's candidates changed: so may its rivals' ports (§4.9).
+                rivals = [held_ports(self._managed[key]) for key in keys]
+            self._enqueue([*keys, *(k for ports in rivals for k in self.cache.related(ports))])
+        elif kind == "pods":
+            self._enqueue(self._pod_keys(changes))
         elif self._enqueued_after_sync:
             with self._lock:
                 managed_services = list(self._managed.values())
@@ -305,6 +330,31 @@ class Controller:
         if first_sync:
             log_event(LOG, "caches synced", services=len(self.cache.services()))
             self._enqueue_all()
+
+    def _service_keys(self, changes: list[Change]) -> Iterator[str]:
+        """The keys a batch of Service changes enqueues: each changed Service (not the echo
+        of our own status write), and the managed Services that share a port with its old
+        or new version (port ownership, docs/design.md §4.9: its ports, node ports,
+        externalIPs or foreign ingress may take or free their addresses). Lazy: consumed
+        only while leading and synced."""
+        for key, old, new in changes:
+            if new is not None and self.reconciler.is_own_write(old, new):
+                continue
+            yield key
+            ports = {p for view in (old, new) if view is not None for p in held_ports(view)}
+            if ports:
+                yield from self.cache.related(ports) - {key}
+
+    def _pod_keys(self, changes: list[Change]) -> Iterator[str]:
+        """The keys a batch of host-network Pod changes enqueues: the managed Services that
+        have a port the old or new Pod declares (port ownership, docs/design.md §4.9: the
+        Pod takes or frees those ports on its node's addresses). Lazy, like
+        :meth:`_service_keys`: the port index is read only while leading and synced."""
+        ports = {
+            p for _, old, new in changes for view in (old, new) if view for p in pod_ports(view)
+        }
+        if ports:
+            yield from self.cache.related(ports)
 
     def _track_managed(self, changes: list[Change]) -> None:
         with self._lock:

@@ -49,6 +49,7 @@ from app.controller.events import (
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import Selection, Summary, is_managed, select, summarise
 from app.core.options import SelectionSettings
+from app.core.ports import OWNERSHIP_FIELDS, Ownership, claims, decide, stored_vip_ips
 from app.core.status import ingress_differs
 from app.core.text import elide, elide_bytes
 from app.core.verdicts import ASSIGNED
@@ -74,6 +75,9 @@ SELECTOR_SHOWN = 200
 """Characters of a malformed selector an Event note quotes (cut in the middle)."""
 EXTERNAL_IP_SLOT = "external-ip"
 """Recorder slot of the ``ExternalIPPreferred`` Warning (apart from the status outcome)."""
+PORT_SLOT = "port-in-use"
+"""Recorder slot of the ``PortInUse`` Warning of a Service that keeps some addresses
+(docs/design.md §4.9); one that keeps none says it in the status outcome's slot."""
 
 
 def name_list(names: Sequence[str], shown: int = NAMES_SHOWN) -> str:
@@ -146,7 +150,9 @@ class Outcome:
     ``ingress`` (``None`` with ``error``), ``reason``, ``recheck_at`` (epoch seconds or
     ``None``), the notes of the ``NoEligibleNodes`` and ``ExternalIPPreferred``
     Warnings (``None`` when they do not apply), and for the state metrics the Selection's
-    ``code`` and how many Nodes are ``selected`` and ``hidden`` (ExternalIPPreferred)."""
+    ``code`` and how many Nodes are ``selected`` and ``hidden`` (ExternalIPPreferred).
+    ``ips`` holds the ingress addresses (the candidates port ownership competes with);
+    ``port_note`` says which were not published and why (docs/design.md §4.9)."""
 
     ingress: tuple[dict[str, str], ...] | None
     error: str | None
@@ -157,6 +163,35 @@ class Outcome:
     code: str
     selected: int
     hidden: int
+    ips: frozenset[str] = frozenset()
+    port_note: str | None = None
+
+    def owned(self, ownership: Ownership, node_of: Callable[[str], str | None]) -> Outcome:
+        """This outcome after port ownership took ``ownership.lost`` (docs/design.md §4.9):
+        the ingress without them, the Nodes still advertised counted again, and the
+        ``PortInUse`` note; an emptied ingress gets the ownership's code and its note as
+        the reason (what :func:`app.core.nodeipam.apply_ownership` gives preview)."""
+        assert self.ingress is not None
+        kept = tuple(e for e in self.ingress if e["ip"] not in ownership.lost)
+        note = ownership.note()
+        if kept:
+            nodes = {node_of(e["ip"]) for e in kept}
+            reason = f"{self.reason}; {len(self.ingress) - len(kept)} not advertised: {note}"
+            code = self.code
+        else:
+            nodes = set()
+            code = ownership.code or "PortInUse"
+            reason = ownership.empty_reason()
+        return dataclasses.replace(
+            self,
+            ingress=kept,
+            reason=reason,
+            empty_note=None if kept else reason,
+            code=code,
+            selected=len(nodes - {None}),
+            ips=frozenset(e["ip"] for e in kept),
+            port_note=note,
+        )
 
     @classmethod
     def of(cls, selection: Selection) -> Outcome:
@@ -173,6 +208,7 @@ class Outcome:
             code=selection.code,
             selected=sum(v.selected for v in selection.nodes) if selection.ingress else 0,
             hidden=len(hidden),
+            ips=frozenset(e["ip"] for e in selection.ingress or ()),
         )
 
     @classmethod
@@ -189,6 +225,7 @@ class Outcome:
             code=ASSIGNED,
             selected=summary.advertised,
             hidden=len(summary.hidden),
+            ips=frozenset(e["ip"] for e in summary.ingress),
         )
 
 
@@ -197,13 +234,15 @@ SELECTION_FIELDS = tuple(
     for f in dataclasses.fields(ServiceView)
     if f.compare and f.name not in ("ingress", "resource_version")
 )
-"""The ServiceView fields a Selection can depend on: all but the status, the version and
-the fields left out of equality (``uid``: our Events' ``regarding`` only). A per-Service
-field here would key every shared Outcome apart (each Service its own ``select`` and its
-own ingress list: +3 s CPU, +54 MB at a 10,000-Service cold start)."""
-SHARED_FIELDS = tuple(name for name in SELECTION_FIELDS if name not in ("namespace", "name"))
+"""The ServiceView fields a reconcile's result can depend on: all but the status, the
+version and the fields left out of equality (``uid``: our Events' ``regarding`` only)."""
+SHARED_FIELDS = tuple(
+    name for name in SELECTION_FIELDS if name not in ("namespace", "name", *OWNERSHIP_FIELDS)
+)
 """The fields that key a shared Outcome (``select`` reads the namespace and the name only
-to pick the EndpointSlices of an eTP=Local Service, and those are never shared)."""
+to pick the EndpointSlices of an eTP=Local Service, and those are never shared). A
+per-Service field here would key every shared Outcome apart (each Service its own
+``select`` and its own ingress list: +3 s CPU, +54 MB at a 10,000-Service cold start)."""
 
 MAX_SHARED = 4096
 """Distinct selection inputs whose Outcome is kept per Node snapshot (then it is cleared)."""
@@ -272,6 +311,9 @@ class SharedSelections:
         return Outcome.of(select(**inputs))
 
 
+MAX_CLAIMS = 65_536
+"""Rivals whose port-ownership claims the reconciler keeps at most (then it starts over)."""
+
 OLDER_VERSIONS_KEPT = 16
 """At most this many resourceVersions in :attr:`_Written.older` (a chain of writes whose
 echoes have not arrived is a few long even after an outage; beyond, a spare write)."""
@@ -334,6 +376,13 @@ class Reconciler:
         self._written: dict[str, _Written] = {}
         self._errors: dict[str, str] = {}
         self._shared = SharedSelections(settings)
+        # Port ownership (docs/design.md §4.9): each rival's claims, kept while its view,
+        # the Node snapshot, the port index's version and (Local) its EndpointSlices are
+        # the same objects, so a reconcile costs one lookup per rival.
+        self._claims: dict[
+            str,
+            tuple[ServiceView, NodeIndex, int, tuple[EndpointSliceView, ...], frozenset[str]],
+        ] = {}
         self.states = states if states is not None else metrics.ServiceStates(is_leader)
         """What each managed Service last came to (``node_ipam_lb_services``)."""
 
@@ -373,10 +422,13 @@ class Reconciler:
             if service.external_traffic_policy == "Local"
             else []
         )
-        outcome = self._shared.outcome(service, self._cache.node_index(), slices, now)
+        index = self._cache.node_index()
+        outcome = self._shared.outcome(service, index, slices, now)
         if outcome.error is not None or outcome.ingress is None:
             self._invalid_selector(key, namespace, name, outcome, service)
             return None
+        outcome = self._owned(service, outcome, index, now)
+        assert outcome.ingress is not None  # owned() keeps it a list
         with self._lock:
             self._errors.pop(key, None)
         wrote = False
@@ -395,6 +447,56 @@ class Reconciler:
         if outcome.recheck_at is None:
             return None
         return max(outcome.recheck_at - now, 0.0)
+
+    def _owned(
+        self, service: ServiceView, outcome: Outcome, index: NodeIndex, now: float
+    ) -> Outcome:
+        """``outcome`` after port ownership (docs/design.md §4.9, :func:`app.core.ports.decide`
+        on the cache's port index; the other claimants' candidates come from the same shared
+        selections on the same Node snapshot)."""
+        policy = self._settings.ports
+        if not outcome.ips or not (service.ports or policy.namespaces is not None):
+            return outcome
+
+        version = self._cache.port_version()
+
+        def claims_of(other: ServiceView) -> frozenset[str]:
+            local = other.external_traffic_policy == "Local"
+            slices = self._cache.endpoint_slices(other.namespace, other.name) if local else []
+            key = service_key(other.namespace, other.name)
+            with self._lock:
+                found = self._claims.get(key)
+            if (
+                found is not None
+                and found[0] is other
+                and found[1] is index
+                and found[2] == version
+                and len(found[3]) == len(slices)
+                and all(a is b for a, b in zip(found[3], slices, strict=True))
+            ):
+                return found[4]
+            theirs = self._shared.outcome(other, index, slices, now)
+            # A malformed selector leaves its stored status as it is: still published.
+            candidates = theirs.ips if theirs.ingress is not None else stored_vip_ips(other)
+            claimed = claims(
+                other, candidates, ports=self._cache, node_of=index.node_of, policy=policy
+            )
+            with self._lock:
+                if len(self._claims) >= MAX_CLAIMS:
+                    self._claims.clear()
+                self._claims[key] = (other, index, version, tuple(slices), claimed)
+            return claimed
+
+        ownership = decide(
+            service,
+            [e["ip"] for e in outcome.ingress or ()],
+            ports=self._cache,
+            candidates_of=lambda other: claims_of(other),
+            claims_of=claims_of,
+            node_of=index.node_of,
+            policy=policy,
+        )
+        return outcome.owned(ownership, index.node_of) if ownership.lost else outcome
 
     def _stored(self, key: str, service: ServiceView) -> tuple[Mapping[str, Any], ...] | None:
         """The ingress the API server holds as far as we know: what we last wrote while the
@@ -465,6 +567,9 @@ class Reconciler:
         if outcome.ingress:
             ips = ", ".join(entry["ip"] for entry in outcome.ingress)
             event = ServiceEvent(NORMAL, "IPsAssigned", "UpdateStatus", f"Assigned IPs: {ips}")
+        elif outcome.port_note is not None:  # every address lost to port ownership (§4.9)
+            note = outcome.empty_note or outcome.reason
+            event = ServiceEvent(WARNING, outcome.code, "SelectNodes", note)
         else:
             note = outcome.empty_note or outcome.reason
             event = ServiceEvent(WARNING, "NoEligibleNodes", "SelectNodes", note)
@@ -477,6 +582,17 @@ class Reconciler:
             record_only=not wrote and event.reason == "IPsAssigned",
             uid=uid,
         )
+        if outcome.port_note is None or not outcome.ingress:
+            self._recorder.clear(namespace, name, PORT_SLOT)
+        else:
+            note = f"{len(outcome.ips)} address(es) published; not published: {outcome.port_note}"
+            self._recorder.emit(
+                namespace=namespace,
+                name=name,
+                event=ServiceEvent(WARNING, "PortInUse", "SelectNodes", note),
+                slot=PORT_SLOT,
+                uid=uid,
+            )
         if outcome.hidden_note is None:
             self._recorder.clear(namespace, name, EXTERNAL_IP_SLOT)
         else:
@@ -501,6 +617,7 @@ class Reconciler:
         if new:
             log_event(LOG, "invalid node selector", level=logging.WARNING, service=key, error=error)
         self._recorder.clear(namespace, name, EXTERNAL_IP_SLOT)
+        self._recorder.clear(namespace, name, PORT_SLOT)
         self._recorder.emit(
             namespace=namespace,
             name=name,
@@ -535,5 +652,6 @@ class Reconciler:
         with self._lock:
             self._written.pop(key, None)
             self._errors.pop(key, None)
+            self._claims.pop(key, None)
         self.states.forget(key)
         self._recorder.forget(namespace, name)

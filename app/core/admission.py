@@ -5,6 +5,14 @@ Input is the decoded AdmissionReview body (a plain dict), the
 :class:`ClusterSnapshot`; output is a :class:`Decision` (allowed, denial message,
 warnings, JSON Patch operations) and the AdmissionReview response dict built from it.
 
+Three stages, each cheaper than the next (docs/design.md §7.1): :func:`verdict` reads the
+request alone (the node selector, ``reserved-node-ports``, ``allowed-namespaces``);
+:func:`cluster_verdict` adds what the port index answers in a few lookups (a port that is
+another Service's allocated ``nodePort``/``healthCheckNodePort``); :func:`cluster_warnings`
+runs :func:`app.core.nodeipam.select` (memoised) and :func:`app.core.ports.decide`, and is
+the only stage the route may skip when it runs out of time. Port rules: docs/design.md
+§4.9 (what the reconciler enforces) and §7 (what admission refuses or warns about).
+
 Wire rules follow ``admission.k8s.io/v1`` (kubernetes/api ``admission/v1/types.go``) and
 controller-runtime's webhook server (``pkg/webhook/admission``): the response echoes
 ``request.uid`` in an AdmissionReview of the same apiVersion/kind; a denial carries a
@@ -18,13 +26,15 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.nodeindex import node_index
 from app.core.nodeipam import NodeIndex, Selection, is_managed, select
 from app.core.options import SelectionSettings
-from app.core.selection_memo import SelectionMemo
+from app.core.ports import Conflict, PortKey, PortLookup, decide, stored_vip_ips
+from app.core.selection_memo import NotMemoised, SelectionMemo
 from app.core.selector import SelectorError, go_quote, parse_cached
 from app.core.text import elide
 from app.core.views import EndpointSliceView, NodeView, ServiceView, ViewError, service_view
@@ -36,6 +46,31 @@ MAX_WARNING_CHARS = 120
 
 _SERVICE_KIND = ("", "v1", "Service")
 _CHECKED_OPERATIONS = ("CREATE", "UPDATE")
+
+WELL_KNOWN_PORTS = {
+    22: "SSH",
+    2379: "etcd's client API",
+    2380: "etcd's peer API",
+    6443: "the kube-apiserver",
+    10250: "the kubelet API",
+    10256: "kube-proxy's health check",
+    10257: "the kube-controller-manager",
+    10259: "the kube-scheduler",
+}
+"""What a node serves on these TCP ports, named in a reserved-port denial (Kubernetes "Ports
+and Protocols", kubernetes.io/docs/reference/networking/ports-and-protocols/; 22 is
+OpenSSH's default; 10256 is kube-proxy's ``--healthz-bind-address``). All are TCP: the same
+number of another protocol gets no name."""
+MAX_DENIED_PORTS = 5
+"""Port errors a denial lists (then "and N more"), so a Service with thousands of ports
+gets a message of bounded length."""
+MAX_CONFLICT_WARNINGS = 3
+"""Port-conflict warnings a review gets (then one "and N more" warning)."""
+INLINE_OWNERSHIP_WORK = 2_000
+"""Addresses :func:`app.core.ports.decide` may compare (the Service's candidates plus every
+rival claimant's) for the check to run with ``memo_only`` (on the event loop): about 1 ms
+(0.4 µs per address and rival). More raises ``NotMemoised`` and the review moves to a
+thread, where the cluster checks' time budget bounds the wait (docs/design.md §7.1)."""
 
 
 class ReviewError(ValueError):
@@ -83,7 +118,34 @@ class ClusterSnapshot:
     across requests); ``None`` calls ``select`` every time. Same inputs, same warnings."""
     memo_only: bool = False
     """With ``memo``: raise :class:`~app.core.selection_memo.NotMemoised` instead of calling
-    ``select`` (the route answers memo hits on the event loop, the rest in the thread pool)."""
+    ``select`` (the route answers memo hits on the event loop, the rest in the thread pool),
+    or when the port-conflict check would compare more than :data:`INLINE_OWNERSHIP_WORK`
+    addresses."""
+    ports: PortLookup | None = None
+    """The cluster's port index (``ClusterCache``); ``None``: no port checks against other
+    objects (the node-port denial, the port-conflict warnings)."""
+    endpoint_slices_of: Callable[[str, str], Sequence[EndpointSliceView]] | None = None
+    """The EndpointSlices of another Service by namespace and name, for the candidates of a
+    rival claimant with ``externalTrafficPolicy: Local``; ``None``: no slices (such a rival
+    then claims no address)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """A managed Service under review, as the port checks read it (from :func:`verdict`).
+
+    ``view`` is its :class:`~app.core.views.ServiceView`; ``ports`` its ``spec.ports`` as
+    ``(index, protocol, port)``, each ``(protocol, port)`` once at its first index (protocol
+    defaulted to TCP, as :attr:`ServiceView.ports`); ``ratcheted`` the ``(protocol, port)``
+    pairs of ``oldObject`` when that was a managed Service too (an UPDATE): a port rule
+    broken by one of them only warns (validation ratcheting, KEP-4008); ``named`` is false
+    for a ``generateName`` Service (no name yet). Small and picklable: it travels back from
+    the review process (docs/design.md §7.1)."""
+
+    view: ServiceView
+    ports: tuple[tuple[int, str, int], ...] = ()
+    ratcheted: frozenset[PortKey] = frozenset()
+    named: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,33 +228,54 @@ def validate(
 ) -> Decision:
     """The validating webhook's decision for one request (docs/design.md §7).
 
-    Denies a malformed node selector annotation with a Kubernetes field error
-    (``metadata.annotations[<key>]: Invalid value: "<value>": <why>``, as
-    ``field.Invalid`` renders it). On UPDATE an invalid value that is unchanged from
-    ``oldObject`` is allowed with a warning (validation ratcheting, KEP-4008), so a
-    Service stored before the webhook existed can still be edited or finalized.
+    Denies, in Kubernetes field-error form (``field.Invalid``/``field.Forbidden`` as
+    apimachinery renders them; several as an aggregate ``[e1, e2]``): a malformed node
+    selector annotation; a managed Service (§3) with a port in ``reserved-node-ports`` that
+    ``reserved-port-exceptions`` does not grant it; and, only when ``snapshot`` has the
+    port index (cache synced), a managed Service with a port that another Service holds as
+    its allocated ``nodePort`` or ``healthCheckNodePort`` (docs/design.md §4.9: kube-proxy
+    captures ``nodeIP:port`` of every address we publish, so such a Service could not be
+    published anywhere). On UPDATE each of these is only a warning when the offending value
+    was already in ``oldObject`` (validation ratcheting, KEP-4008), so a Service stored
+    before the rule can still be edited or finalized.
 
     Warns (each ≤ 120 characters) about: an empty selector (all nodes); the annotation on
-    a Service we do not manage (§3); and, only when ``snapshot`` is given (cache synced),
-    a selector matching no node now or ``externalTrafficPolicy: Local`` with no ready
-    endpoint now. Those last two read the verdicts of the one selection function
+    a Service we do not manage (§3); a managed Service in a namespace that
+    ``allowed-namespaces`` leaves out (it gets no node address; its ports are then not
+    checked); and, only when ``snapshot`` is given, a selector matching no node now,
+    ``externalTrafficPolicy: Local`` with no ready endpoint now, and addresses the Service
+    would lose to another Service's ingress or ``spec.externalIPs`` or to a
+    ``hostNetwork`` Pod on the same port (:func:`app.core.ports.decide`). The selection
+    warnings read the verdicts of the one selection function
     (:func:`app.core.nodeipam.select`).
+
+    Raises:
+        ReviewError: the Service cannot be read (a field of the wrong type).
+        NotMemoised: ``snapshot.memo_only`` and a cluster check is not memoised.
     """
-    decision, view = verdict(request, settings=settings)
-    if view is None or snapshot is None:
+    decision, subject = verdict(request, settings=settings)
+    if subject is None or snapshot is None:
         return decision
-    return with_warnings(decision, cluster_warnings(view, settings=settings, snapshot=snapshot))
+    decision = cluster_verdict(decision, subject, settings=settings, snapshot=snapshot)
+    if not decision.allowed:
+        return decision
+    return with_warnings(decision, cluster_warnings(subject, settings=settings, snapshot=snapshot))
 
 
 def verdict(
     request: AdmissionRequest, *, settings: SelectionSettings
-) -> tuple[Decision, ServiceView | None]:
-    """:func:`validate` without the cluster-state warnings: the verdict and the warnings
-    that need no cluster state, plus the Service's view when the cluster-state warnings
-    apply to it (a managed Service not being deleted), else ``None``.
+) -> tuple[Decision, Subject | None]:
+    """:func:`validate` from the request alone: the node selector, the reserved ports and
+    the allowed namespaces (docs/design.md §7, §4.9), with the warnings that need no
+    cluster state, plus the :class:`Subject` when the cluster checks apply to it (an
+    allowed, managed Service not being deleted), else ``None``.
 
-    Cheap: parses the annotation and reads the Service; never looks at Nodes. The route
-    answers with it alone when the cluster-state warnings run out of time (§7.1).
+    Cheap: parses the annotation and reads the Service; never looks at Nodes or at other
+    Services. The route answers with it alone when the cluster checks run out of time
+    (§7.1).
+
+    Raises:
+        ReviewError: the Service cannot be read (a field of the wrong type).
     """
     if not request.checked or request.object is None:
         return Decision(), None
@@ -222,19 +305,118 @@ def verdict(
         warnings.append(_short(f"{key} is ignored: {why.split(' (')[0]}"))
     if managed and empty_selector:
         warnings.append(_short(f"{key} is empty: it selects every eligible node"))
-    return Decision(warnings=tuple(warnings)), view if managed else None
+    if not managed:
+        return Decision(warnings=tuple(warnings)), None
+    subject = _subject(request, view, settings)
+    if not _namespace_allowed(view, settings):
+        warnings.append(
+            _short(
+                f"the Service gets no node address: namespace {view.namespace} is not in"
+                " the setting allowed-namespaces"
+            )
+        )
+        return Decision(warnings=tuple(warnings)), subject
+    errors: list[str] = []
+    for index, protocol, port in subject.ports:
+        if settings.ports.reserved_range(view, protocol, port) is None:
+            continue
+        if (protocol, port) in subject.ratcheted:
+            warnings.append(
+                _short(
+                    f"spec.ports[{index}].port {port}/{protocol} is reserved for the node"
+                    " (unchanged): the Service gets no node address"
+                )
+            )
+        else:
+            errors.append(_reserved_error(subject, index, protocol, port))
+    if errors:
+        return Decision(allowed=False, message=_aggregate(errors)), None
+    return Decision(warnings=tuple(warnings)), subject
+
+
+def cluster_verdict(
+    decision: Decision,
+    subject: Subject,
+    *,
+    settings: SelectionSettings,
+    snapshot: ClusterSnapshot,
+) -> Decision:
+    """``decision`` (from :func:`verdict`) after the node-port rule (docs/design.md §7,
+    §4.9): a managed Service's port that another Service holds, same protocol, as an
+    allocated ``spec.ports[*].nodePort`` or ``spec.healthCheckNodePort`` (TCP) is denied,
+    naming that Service and its field; on UPDATE, a port already in ``oldObject`` only
+    warns (KEP-4008 ratcheting). kube-proxy opens a nodePort on every node address, so
+    publishing the same port there would capture it on every selected node.
+
+    Cheap (one port-index lookup per port, no ``select``): part of the verdict, never
+    skipped for time. Without ``snapshot.ports``, in a namespace ``allowed-namespaces``
+    leaves out (no address is published), or for a denied ``decision``: ``decision`` as
+    it is. Never raises on content.
+    """
+    lookup = snapshot.ports
+    view = subject.view
+    if not decision.allowed or lookup is None or not _namespace_allowed(view, settings):
+        return decision
+    me = (view.namespace, view.name)
+    errors: list[str] = []
+    warnings: list[str] = []
+    for index, protocol, port in subject.ports:
+        if settings.ports.reserved_range(view, protocol, port) is not None:
+            continue  # the verdict's rule (denied, or ratcheted with its warning)
+        holders = [
+            (other, kind)
+            for other, kind in lookup.node_port_holders((protocol, port))
+            if (other.namespace, other.name) != me
+        ]
+        if not holders:
+            continue
+        other, kind = min(holders, key=lambda h: (h[0].namespace, h[0].name))
+        owner = f"Service {other.namespace}/{other.name}"
+        if (protocol, port) in subject.ratcheted:
+            short = "the healthCheckNodePort" if kind == "HealthCheckNodePort" else "a nodePort"
+            warnings.append(
+                _short(
+                    f"spec.ports[{index}].port {port}/{protocol} is {short} of {owner}"
+                    " (unchanged): the Service gets no node address"
+                )
+            )
+            continue
+        what = (
+            "the healthCheckNodePort (spec.healthCheckNodePort)"
+            if kind == "HealthCheckNodePort"
+            else "a nodePort (spec.ports[*].nodePort)"
+        )
+        errors.append(
+            f"spec.ports[{index}].port: Forbidden: {port}/{protocol} is allocated as {what}"
+            f" of {owner}, which kube-proxy opens on every node address; publishing it on"
+            " node addresses would capture that port of every selected node"
+        )
+    if errors:
+        return Decision(allowed=False, message=_aggregate(errors))
+    return with_warnings(decision, warnings)
 
 
 def cluster_warnings(
-    view: ServiceView, *, settings: SelectionSettings, snapshot: ClusterSnapshot
+    subject: Subject, *, settings: SelectionSettings, snapshot: ClusterSnapshot
 ) -> tuple[str, ...]:
-    """The cluster-state warnings of :func:`validate` for a managed Service's ``view``
-    (from :func:`verdict`): selector matching no node now, Local with no ready endpoint.
+    """The cluster-state warnings of :func:`validate` for a managed Service (the
+    :class:`Subject` from :func:`verdict`): selector matching no node now, Local with no
+    ready endpoint (from ``select``, memoised in ``snapshot.memo``), then the addresses it
+    would lose to another holder of one of its ports (docs/design.md §4.9, from
+    :func:`app.core.ports.decide` on ``snapshot.ports``).
+
+    The port check costs nothing when no other object holds any of the Service's ports;
+    otherwise one memoised ``select`` for the Service and one per distinct selection of
+    the other managed Services with one of its ports (Services with equal selection
+    inputs share one, as in the reconciler), then ``decide``: work grows with the
+    Services sharing a port, never with all Services.
 
     Raises:
-        NotMemoised: ``snapshot.memo_only`` and the answer is not memoised.
+        NotMemoised: ``snapshot.memo_only`` and a ``select`` it needs is not memoised, or
+            the port check would compare more than :data:`INLINE_OWNERSHIP_WORK` addresses.
     """
-    return _cluster_warnings(view, settings=settings, snapshot=snapshot)
+    warnings = _cluster_warnings(subject.view, settings=settings, snapshot=snapshot)
+    return warnings + _ownership_warnings(subject, settings=settings, snapshot=snapshot)
 
 
 def with_warnings(decision: Decision, warnings: Sequence[str]) -> Decision:
@@ -342,18 +524,266 @@ def _selection_warnings(
     return ()
 
 
+def _namespace_allowed(view: ServiceView, settings: SelectionSettings) -> bool:
+    namespaces = settings.ports.namespaces
+    return namespaces is None or view.namespace in namespaces
+
+
+def _subject(request: AdmissionRequest, view: ServiceView, settings: SelectionSettings) -> Subject:
+    """The :class:`Subject` of a managed Service's review; ``ratcheted`` holds the old
+    object's ports only when the old object was managed too: a Service that becomes ours
+    in this UPDATE (``type`` switched to LoadBalancer) never published them."""
+    assert request.object is not None
+    ratcheted: frozenset[PortKey] = frozenset()
+    if request.operation == "UPDATE" and request.old_object is not None:
+        try:
+            old = _object_view(
+                request, request.old_object, key=settings.match_node_labels_annotation
+            )
+        except ViewError:
+            old = None  # an unreadable old object ratchets nothing
+        if old is not None and is_managed(old, settings)[0]:
+            ratcheted = frozenset((p, n) for _, p, n in _spec_ports(request.old_object))
+    metadata = request.object.get("metadata") or {}
+    named = isinstance(metadata.get("name"), str) and bool(metadata.get("name"))
+    return Subject(view=view, ports=_spec_ports(request.object), ratcheted=ratcheted, named=named)
+
+
+def _spec_ports(obj: Mapping[str, Any]) -> tuple[tuple[int, str, int], ...]:
+    """``(index, protocol, port)`` of ``spec.ports``, each ``(protocol, port)`` once at its
+    first index; read as :func:`app.core.views.service_view` reads them (protocol defaulted
+    to TCP, a port outside 1-65535 ignored), but never raising: entries of the wrong type
+    are skipped."""
+    ports = _spec(obj).get("ports")
+    if not isinstance(ports, list):
+        return ()
+    first: dict[PortKey, int] = {}
+    for index, entry in enumerate(ports):
+        if not isinstance(entry, Mapping):
+            continue
+        protocol = entry.get("protocol")
+        protocol = protocol if isinstance(protocol, str) and protocol else "TCP"
+        port = entry.get("port")
+        if isinstance(port, float) and port.is_integer():
+            port = int(port)
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            continue
+        first.setdefault((protocol, port), index)
+    return tuple((index, protocol, port) for (protocol, port), index in first.items())
+
+
+def _reserved_error(subject: Subject, index: int, protocol: str, port: int) -> str:
+    view = subject.view
+    name = WELL_KNOWN_PORTS.get(port) if protocol == "TCP" else None
+    what = f" ({name})" if name else ""
+    who = f"{view.namespace}/{view.name if subject.named else 'NAME'}"
+    return (
+        f"spec.ports[{index}].port: Forbidden: {port}/{protocol} is reserved for the node"
+        f" itself{what}; publishing it on node addresses would capture that port of every"
+        " selected node (setting reserved-node-ports; an administrator can grant it with"
+        f" reserved-port-exceptions={who}:{port})"
+    )
+
+
+def _aggregate(errors: Sequence[str]) -> str:
+    """One error as it is, several as apimachinery's ``ErrorList.ToAggregate()`` prints
+    them (``[e1, e2]``), at most :data:`MAX_DENIED_PORTS` and then how many more."""
+    if len(errors) == 1:
+        return errors[0]
+    shown = list(errors[:MAX_DENIED_PORTS])
+    if len(errors) > MAX_DENIED_PORTS:
+        shown.append(f"and {len(errors) - MAX_DENIED_PORTS} more")
+    return "[" + ", ".join(shown) + "]"
+
+
+_UNPARSED = ("<selector does not parse>",)
+"""What :func:`_candidate_ips` gives for a Service whose selector does not parse (no IP
+address reads like this): its candidates are then its stored addresses."""
+
+
+def _candidate_ips(
+    view: ServiceView, settings: SelectionSettings, selection: Selection
+) -> tuple[str, ...]:
+    """The addresses a Service claims (a memo's ``derive``): its Selection's ingress before
+    port ownership (:func:`app.core.nodeipam.candidate_ips`), or :data:`_UNPARSED`."""
+    if selection.ingress is None:
+        return _UNPARSED
+    return tuple(entry["ip"] for entry in selection.ingress)
+
+
+def _shared_view(view: ServiceView) -> ServiceView:
+    """``view`` without what ``select`` never reads for it, so Services with equal
+    selection inputs share one memo entry (the reconciler's ``SHARED_FIELDS``): the
+    ownership fields always, the namespace and name unless eTP=Local (whose EndpointSlices
+    are its own)."""
+    local = view.external_traffic_policy == "Local"
+    return dataclasses.replace(
+        view,
+        namespace=view.namespace if local else "",
+        name=view.name if local else "",
+        ingress=None,
+        resource_version=None,
+        ports=(),
+        node_ports=(),
+        health_check_node_port=None,
+        external_ips=(),
+        created=None,
+    )
+
+
+def _candidates(
+    view: ServiceView,
+    *,
+    settings: SelectionSettings,
+    snapshot: ClusterSnapshot,
+    slices: Sequence[EndpointSliceView],
+) -> tuple[str, ...]:
+    """``view``'s candidate addresses: ``select`` on the snapshot's Nodes, memoised; a
+    Service whose selector does not parse claims its stored addresses (they stay
+    published, docs/design.md §4.1).
+
+    Raises:
+        NotMemoised: ``snapshot.memo_only`` and the selection is not memoised.
+    """
+    shared = _shared_view(view)
+    if view.external_traffic_policy != "Local":
+        slices = ()
+    if snapshot.memo is not None:
+        ips = snapshot.memo.derived(
+            service=shared,
+            nodes=snapshot.nodes,
+            endpoint_slices=slices,
+            settings=settings,
+            now=snapshot.now,
+            derive=_candidate_ips,
+            compute=not snapshot.memo_only,
+        )
+    else:
+        selection = select(
+            service=shared,
+            nodes=snapshot.nodes,
+            endpoint_slices=slices,
+            settings=settings,
+            now=snapshot.now,
+        )
+        ips = _candidate_ips(shared, settings, selection)
+    return stored_vip_ips(view) if ips == _UNPARSED else ips
+
+
+def _ownership_warnings(
+    subject: Subject, *, settings: SelectionSettings, snapshot: ClusterSnapshot
+) -> tuple[str, ...]:
+    """The addresses the Service would lose to another holder of one of its ports (see
+    :func:`cluster_warnings`)."""
+    view = subject.view
+    lookup = snapshot.ports
+    if lookup is None or not view.ports or not _namespace_allowed(view, settings):
+        return ()
+    me = (view.namespace, view.name)
+    rivals: dict[tuple[str, str], ServiceView] = {}
+    contested = False
+    for port in view.ports:
+        if settings.ports.reserved_range(view, *port) is not None or any(
+            (other.namespace, other.name) != me for other, _ in lookup.node_port_holders(port)
+        ):
+            return ()  # no address at all: the verdict said why (denied or ratcheted)
+        for other in lookup.claimants(port):
+            if (other.namespace, other.name) != me:
+                rivals[other.namespace, other.name] = other
+        contested = contested or any(
+            (other.namespace, other.name) != me for other, _ in lookup.fixed(port)
+        )
+        contested = contested or bool(lookup.pods(port))
+    if not rivals and not contested:
+        return ()  # nothing else holds these ports: no select needed
+    candidates = _candidates(
+        view, settings=settings, snapshot=snapshot, slices=snapshot.endpoint_slices
+    )
+    if not candidates:
+        return ()
+    slices_of = snapshot.endpoint_slices_of
+    theirs: dict[tuple[str, str], tuple[str, ...]] = {}
+    work = len(candidates)
+
+    def candidates_of(other: ServiceView) -> tuple[str, ...]:
+        key = (other.namespace, other.name)
+        found = theirs.get(key)
+        if found is None:
+            local = other.external_traffic_policy == "Local" and slices_of is not None
+            slices = slices_of(other.namespace, other.name) if local and slices_of else ()
+            found = theirs[key] = _candidates(
+                other, settings=settings, snapshot=snapshot, slices=slices
+            )
+        return found
+
+    for other in rivals.values():
+        work += len(candidates_of(other))
+    if snapshot.memo_only and work > INLINE_OWNERSHIP_WORK:
+        raise NotMemoised(f"port check compares {work} addresses: not on the event loop")
+    node_of = node_index(snapshot.nodes).node_of
+    ownership = decide(
+        view,
+        candidates,
+        ports=lookup,
+        candidates_of=candidates_of,
+        node_of=node_of,
+        policy=settings.ports,
+    )
+    conflicts = [c for c in ownership.conflicts if c.addresses]
+    out = [_conflict_warning(c, len(candidates), node_of) for c in conflicts]
+    if len(out) > MAX_CONFLICT_WARNINGS:
+        more = len(out) - MAX_CONFLICT_WARNINGS
+        out = [*out[:MAX_CONFLICT_WARNINGS], f"and {more} more port conflict(s)"]
+    if ownership.lost and len(ownership.lost) >= len(set(candidates)):
+        out.append("the Service gets no node address now: another holder has a port of each")
+    return tuple(out)
+
+
+def _conflict_warning(conflict: Conflict, total: int, node_of: Callable[[str], str | None]) -> str:
+    count = len(conflict.addresses)
+    nodes = len({node_of(a) for a in conflict.addresses} - {None})
+    holder = conflict.holder
+    template = _HOLDERS.get(holder.kind, holder.kind + " {}")
+    return _short(
+        f"{conflict.protocol}/{conflict.port}: loses {count} of {total} node addresses"
+        f" ({nodes} node{'' if nodes == 1 else 's'}) to"
+        f" {template.format(f'{holder.namespace}/{holder.name}')}"
+    )
+
+
+_HOLDERS = {
+    "Service": "Service {} (same class, claimed first)",
+    "LoadBalancer": "the load-balancer ingress of Service {}",
+    "ExternalIP": "spec.externalIPs of Service {}",
+    "Pod": "hostNetwork Pod {}",
+}
+"""How a port-conflict warning names what takes the addresses, by
+:class:`app.core.ports.Holder` kind (the kinds that take some addresses, not all; a
+``Service`` of our class takes an address it already publishes, or claims as the older
+Service, docs/design.md §4.9)."""
+
+
 def _view(request: AdmissionRequest, *, key: str) -> ServiceView:
     assert request.object is not None
-    obj = dict(request.object)
+    try:
+        return _object_view(request, request.object, key=key)
+    except ViewError as err:
+        raise ReviewError(f"request.object: {err}") from err
+
+
+def _object_view(request: AdmissionRequest, value: Mapping[str, Any], *, key: str) -> ServiceView:
+    """The view of ``value`` (the request's object or old object).
+
+    Raises:
+        ViewError: a field of the wrong type.
+    """
+    obj = dict(value)
     metadata = dict(obj.get("metadata") or {})
     # generateName Services have no name yet and the namespace may come only from the request.
     metadata.setdefault("namespace", request.namespace)
     metadata["name"] = metadata.get("name") or request.name or "(generated)"
     obj["metadata"] = metadata
-    try:
-        return service_view(obj, match_node_labels_annotation=key)
-    except ViewError as err:
-        raise ReviewError(f"request.object: {err}") from err
+    return service_view(obj, match_node_labels_annotation=key)
 
 
 def _service_object(value: object, *, field: str) -> Mapping[str, Any]:

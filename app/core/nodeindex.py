@@ -47,6 +47,7 @@ class NodeIndex:
     """
 
     __slots__ = (
+        "_by_address",
         "_by_label",
         "_by_name",
         "_lock",
@@ -63,6 +64,7 @@ class NodeIndex:
         self._mismatch: tuple[NodeVerdict, ...] | None = None
         self._by_name: dict[str, tuple[int, ...]] | None = None
         self._by_label: dict[str, dict[str, array[int]]] = {}
+        self._by_address: dict[str, str] | None = None
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -155,6 +157,20 @@ class NodeIndex:
             by_name = {name: tuple(found) for name, found in built.items()}
             self._by_name = by_name
         return sorted(i for name in names for i in by_name.get(name, ()))
+
+    def node_of(self, address: str) -> str | None:
+        """The name of the Node with ``address`` (canonical text) among its ExternalIPs
+        or InternalIPs; ``None`` when no Node has it; the first Node in :attr:`nodes`
+        order when several do. The map is built once per index (port ownership,
+        docs/design.md §4.9, asks it of every address a conflict touches)."""
+        by_address = self._by_address
+        if by_address is None:
+            by_address = {}
+            for node in self.nodes:
+                for _, _, ip in (*node.external_entries, *node.internal_entries):
+                    by_address.setdefault(ip, node.name)
+            self._by_address = by_address
+        return by_address.get(address)
 
     def memoised(self) -> int:
         """How many selectors the memo holds now (at most :data:`MAX_MEMOISED_SELECTORS`)."""

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.core.nodeindex import NodeIndex, node_index
 from app.core.options import SelectionSettings
+from app.core.ports import Ownership, PortLookup, decide, stored_vip_ips
 from app.core.selector import Selector, SelectorError, parse_cached
 from app.core.text import elide
 from app.core.verdicts import (
@@ -54,7 +55,10 @@ __all__ = [
     "NodeVerdict",
     "Selection",
     "Summary",
+    "apply_ownership",
+    "candidate_ips",
     "is_managed",
+    "owned",
     "select",
     "summarise",
 ]
@@ -526,3 +530,108 @@ def _split_not_ready(
         kept_indices.append(idx)
         kept.append(node)
     return kept_indices, kept, not_ready, recheck_at
+
+
+def apply_ownership(
+    selection: Selection, ownership: Ownership, node_of: Callable[[str], str | None]
+) -> Selection:
+    """``selection`` after port ownership (docs/design.md §4.9): the addresses in
+    ``ownership.lost`` leave the ingress; a Node all of whose advertised addresses are
+    lost gets the verdict ``PortInUse`` (or ``NamespaceNotAllowed``) naming what holds
+    them, one that keeps some keeps ``Selected`` with the lost ones named; the
+    conflicts become warnings; an emptied ingress gets the ownership's code and a reason
+    that names the holders. A Selection without an ingress, or an Ownership without a
+    loss, comes back as it is. ``node_of`` maps an address to its Node's name. Pure."""
+    if selection.ingress is None or not ownership.lost:
+        return selection
+    lost = ownership.lost
+    kept = tuple(e for e in selection.ingress if e["ip"] not in lost)
+    lost_by_node: dict[str, list[str]] = {}
+    kept_nodes: set[str] = set()
+    for entry in selection.ingress:
+        node = node_of(entry["ip"])
+        if node is None:
+            continue
+        if entry["ip"] in lost:
+            lost_by_node.setdefault(node, []).append(entry["ip"])
+        else:
+            kept_nodes.add(node)
+    code = ownership.code or "PortInUse"
+    verdicts = []
+    for verdict in selection.nodes:
+        addresses = lost_by_node.get(verdict.name)
+        if not verdict.selected or not addresses:
+            verdicts.append(verdict)
+            continue
+        why = "; ".join(
+            c.sentence()
+            for c in ownership.conflicts
+            if not c.addresses or set(c.addresses) & set(addresses)
+        )
+        if verdict.name in kept_nodes:
+            reason = f"{verdict.reason}; not advertised: {', '.join(addresses)} ({why})"
+            verdicts.append(NodeVerdict(verdict.name, True, verdict.code, reason))
+        else:
+            reason = f"not advertised: {', '.join(addresses)} ({why})"
+            verdicts.append(NodeVerdict(verdict.name, False, code, reason))
+    note = ownership.note()
+    warnings = (*selection.warnings, f"port ownership: {note}")
+    if kept:
+        kept_count = sum(v.selected for v in verdicts)
+        reason = (
+            f"{len(kept)} address(es) from {kept_count} of {len(verdicts)} node(s);"
+            f" {len(lost)} not advertised: {note}"
+        )
+        result_code = selection.code
+    else:
+        result_code = code
+        reason = ownership.empty_reason()
+    return Selection(
+        selection.namespace, selection.name, True, reason, kept, None, tuple(verdicts),
+        warnings, selection.recheck_at, result_code,
+    )  # fmt: skip
+
+
+def owned(
+    selection: Selection,
+    service: ServiceView,
+    *,
+    ports: PortLookup,
+    candidates_of: Callable[[ServiceView], Iterable[str]],
+    node_of: Callable[[str], str | None],
+    settings: SelectionSettings,
+) -> Selection:
+    """``selection`` (``select`` for ``service``) after port ownership:
+    :func:`app.core.ports.decide` then :func:`apply_ownership` (docs/design.md §4.9).
+    What preview (offline and live) shows; the reconciler runs the same two steps on its
+    shared outcomes. Pure.
+
+    Args:
+        selection: ``select``'s result for ``service``.
+        service: the Service.
+        ports: the cluster's port index.
+        candidates_of: another managed Service's candidate addresses
+            (:func:`candidate_ips` of its Selection).
+        node_of: the Node name of an address.
+        settings: the selection settings (their ``ports`` policy).
+    """
+    if not selection.ingress:
+        return selection
+    ownership = decide(
+        service,
+        [e["ip"] for e in selection.ingress],
+        ports=ports,
+        candidates_of=candidates_of,
+        node_of=node_of,
+        policy=settings.ports,
+    )
+    return apply_ownership(selection, ownership, node_of)
+
+
+def candidate_ips(selection: Selection, service: ServiceView) -> tuple[str, ...]:
+    """The addresses ``service`` competes for in port ownership (docs/design.md §4.9):
+    its Selection's ingress before ownership; for a Service whose selector does not parse
+    (its status is left as it is), its stored ``VIP`` addresses, which stay published."""
+    if selection.ingress is None:
+        return stored_vip_ips(service) if selection.managed else ()
+    return tuple(e["ip"] for e in selection.ingress)

@@ -7,10 +7,27 @@ process settings (:class:`app.config.Settings`) that selection and admission rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from app.core.ports import (
+    DEFAULT_RESERVED_NODE_PORTS,
+    PortPolicy,
+    parse_namespaces,
+    parse_port_exceptions,
+    parse_port_ranges,
+)
 from app.core.selector import qualified_name_errors
+
+__all__ = [
+    "DEFAULT_LB_SERVICE_IPAM_VALUES",
+    "DEFAULT_RESERVED_NODE_PORTS",
+    "LOAD_BALANCER_CLASS",
+    "MATCH_NODE_LABELS_ANNOTATION",
+    "DefaultLBServiceIPAM",
+    "IPMode",
+    "SelectionSettings",
+]
 
 LOAD_BALANCER_CLASS = "io.cilium/node"
 MATCH_NODE_LABELS_ANNOTATION = "io.cilium.nodeipam/match-node-labels"
@@ -26,9 +43,11 @@ class SelectionSettings:
     Raises:
         ValueError: ``default_lb_service_ipam`` is not one of ``lbipam``, ``nodeipam``,
             ``none``, or ``ip_mode`` is not ``VIP``/``Proxy``, or the grace period is
-            negative, or ``load_balancer_class`` / ``match_node_labels_annotation`` is not
-            a qualified name (apimachinery ``IsQualifiedName``, as the API server checks
-            ``spec.loadBalancerClass`` and annotation keys). Cilium accepts any string
+            negative, or a port-ownership setting does not parse
+            (:func:`app.core.ports.parse_port_ranges`), or ``load_balancer_class`` /
+            ``match_node_labels_annotation`` is not a qualified name (apimachinery
+            ``IsQualifiedName``, as the API server checks ``spec.loadBalancerClass`` and
+            annotation keys). Cilium accepts any string
             here and silently handles nothing; we refuse it.
     """
 
@@ -39,8 +58,24 @@ class SelectionSettings:
     exclude_not_ready_nodes: bool = False
     not_ready_grace_seconds: float = 60.0
     ip_mode: str = "VIP"
+    # Port ownership (docs/design.md §4.9): text as the flags take it, parsed into ``ports``.
+    reserved_node_ports: str = DEFAULT_RESERVED_NODE_PORTS
+    reserved_port_exceptions: str = ""
+    allowed_namespaces: str = ""
+    ports: PortPolicy = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "ports",
+            PortPolicy(
+                reserved=parse_port_ranges(self.reserved_node_ports, flag="reserved-node-ports"),
+                exceptions=parse_port_exceptions(
+                    self.reserved_port_exceptions, flag="reserved-port-exceptions"
+                ),
+                namespaces=parse_namespaces(self.allowed_namespaces, flag="allowed-namespaces"),
+            ),
+        )
         if self.default_lb_service_ipam not in DEFAULT_LB_SERVICE_IPAM_VALUES:
             raise ValueError(
                 f"default-lb-service-ipam: Unsupported value: {self.default_lb_service_ipam!r}:"

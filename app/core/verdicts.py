@@ -21,7 +21,9 @@ class NodeVerdict:
 
     ``code`` is one of ``Selected``, ``SelectorMismatch``, ``Deleting``,
     ``ExcludedByLabel``, ``AutoscalerTaint``, ``NoReadyEndpoint``, ``NotReady``,
-    ``NoAddressOfFamily``, ``ExternalIPPreferred``; ``reason`` is a sentence for humans.
+    ``NoAddressOfFamily``, ``ExternalIPPreferred``, ``PortInUse``,
+    ``NamespaceNotAllowed`` (the last two from port ownership, docs/design.md §4.9);
+    ``reason`` is a sentence for humans.
     """
 
     name: str
@@ -83,12 +85,22 @@ INVALID_SELECTOR = "InvalidNodeSelector"
 also the Warning Event's reason)."""
 NOT_MANAGED = "NotManaged"
 """``Selection.code`` of a Service that is not ours (§3)."""
-PENDING_CODES = ("NoNodes", "SelectorMismatch", "Excluded", "NoReadyEndpoint", "NoAddressOfFamily")
+PENDING_CODES = (
+    "NoNodes",
+    "SelectorMismatch",
+    "Excluded",
+    "NoReadyEndpoint",
+    "NoAddressOfFamily",
+    "PortInUse",
+    "NamespaceNotAllowed",
+)
 """``Selection.code`` of a managed Service with an empty ingress (``<pending>``): the first
 step of docs/design.md §4 that emptied the list, in step order: no Node at all, the
 selector matches none (§4.1), every match is being deleted, labelled or tainted out
 (§4.2), eTP=Local and no eligible Node has a ready endpoint (§4.3), no address of a
-wanted family (§4.4). A fixed set: the ``reason`` label of ``node_ipam_lb_services``."""
+wanted family (§4.4), then port ownership (§4.9): every candidate address has a port
+another holder owns, or the namespace may not get node addresses. A fixed set: the
+``reason`` label of ``node_ipam_lb_services``."""
 
 
 def selection_reason(

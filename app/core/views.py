@@ -1,4 +1,4 @@
-"""Slim, immutable projections of Nodes, Services and EndpointSlices (pure).
+"""Slim, immutable projections of Nodes, Services, EndpointSlices and host-network Pods (pure).
 
 Each ``*_view`` function takes the Kubernetes JSON dict (camelCase, as the API server or
 ``kubectl get -o json|yaml`` gives it) and keeps only what node selection (docs/design.md §3-§4)
@@ -186,6 +186,17 @@ class ServiceView:
     # metadata.uid, for the ``regarding`` of our Events only (kubectl describe selects
     # Events by it); selection never reads it, so it is left out of equality and hashing.
     uid: str = field(default="", compare=False)
+    # Port ownership (docs/design.md §4.9, app.core.ports); select() never reads these.
+    # ``ports``: (protocol, port) of spec.ports (protocol defaulted to TCP);
+    # ``node_ports``: (protocol, nodePort) of spec.ports; ``health_check_node_port``:
+    # spec.healthCheckNodePort (TCP); ``external_ips``: spec.externalIPs in canonical
+    # text; ``created``: metadata.creationTimestamp in epoch seconds (None: not set, a
+    # manifest not applied).
+    ports: tuple[tuple[str, int], ...] = ()
+    node_ports: tuple[tuple[str, int], ...] = ()
+    health_check_node_port: int | None = None
+    external_ips: tuple[str, ...] = ()
+    created: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +375,7 @@ def service_view(
     ingress = _mapping(status.get("loadBalancer"), "status.loadBalancer").get("ingress")
     ingress_list = _list(ingress, "status.loadBalancer.ingress")
     version = meta.get("resourceVersion")
+    ports, node_ports = _ports(spec)
     return ServiceView(
         namespace=namespace,
         name=name,
@@ -381,7 +393,64 @@ def service_view(
         resource_version=str(version) if version is not None else None,
         ip_family_policy=_opt_str(spec.get("ipFamilyPolicy"), "spec.ipFamilyPolicy"),
         uid=str(meta.get("uid") or ""),
+        ports=ports,
+        node_ports=node_ports,
+        health_check_node_port=_port_number(
+            spec.get("healthCheckNodePort"), "spec.healthCheckNodePort"
+        ),
+        external_ips=_external_ips(_list(spec.get("externalIPs"), "spec.externalIPs")),
+        created=_epoch(meta.get("creationTimestamp")),
     )
+
+
+def _port_number(value: Any, where: str) -> int | None:
+    """A port number field: an int in 1-65535 (or None when absent or 0, as the API
+    server leaves an unallocated ``nodePort``); a number of another type or range is
+    garbage the API server never stores and is ignored rather than trusted.
+
+    Raises:
+        ViewError: ``value`` is not a number at all (a string, a list).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ViewError(f"{where}: Invalid value: {value!r}: must be an integer")
+    return value if 1 <= value <= 65535 else None
+
+
+def _ports(
+    spec: Mapping[str, Any],
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+    """``(ports, node_ports)`` of a Service spec (see :class:`ServiceView`), in spec order,
+    each pair once. A protocol other than TCP/UDP/SCTP is kept as written (the API server
+    refuses it; it conflicts with nothing)."""
+    ports: dict[tuple[str, int], None] = {}
+    node_ports: dict[tuple[str, int], None] = {}
+    for i, entry in enumerate(_list(spec.get("ports"), "spec.ports")):
+        if not isinstance(entry, Mapping):
+            continue
+        protocol = _opt_str(entry.get("protocol"), f"spec.ports[{i}].protocol") or "TCP"
+        port = _port_number(entry.get("port"), f"spec.ports[{i}].port")
+        if port is not None:
+            ports[protocol, port] = None
+        node_port = _port_number(entry.get("nodePort"), f"spec.ports[{i}].nodePort")
+        if node_port is not None:
+            node_ports[protocol, node_port] = None
+    return tuple(ports), tuple(node_ports)
+
+
+def _external_ips(raw: list[Any]) -> tuple[str, ...]:
+    """``spec.externalIPs`` in canonical text (:func:`canonical_ip`), each once; entries
+    that are not IP addresses are dropped (kube-proxy ignores them too)."""
+    out: dict[str, None] = {}
+    for value in raw:
+        parsed = canonical_ip(value) if isinstance(value, str) else None
+        if parsed is not None:
+            out[parsed[0]] = None
+    return tuple(out)
 
 
 MAX_SHARED_INGRESS_ENTRIES = 65_536
@@ -450,3 +519,44 @@ def endpoint_slice_view(obj: Mapping[str, Any]) -> EndpointSliceView:
         service_name=service_name if isinstance(service_name, str) else None,
         ready_node_names=frozenset(ready),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What port ownership reads from a ``hostNetwork: true`` Pod (docs/design.md §4.9):
+    the node it runs on and the ``(protocol, containerPort)`` pairs of its containers,
+    which a host-network Pod serves on every address of that node. A Pod that has ended
+    (``status.phase`` Succeeded or Failed) or is not bound holds no port (``ports`` empty)."""
+
+    namespace: str
+    name: str
+    node_name: str | None
+    ports: tuple[tuple[str, int], ...]
+
+
+def pod_view(obj: Mapping[str, Any]) -> PodView:
+    """Project a ``v1`` Pod for port ownership; only ``hostNetwork: true`` Pods hold ports
+    (the informer lists them with the field selector ``spec.hostNetwork=true``).
+
+    Raises:
+        ViewError: not a mapping, no ``metadata.name``, or a read field of the wrong type.
+    """
+    _, name, namespace = _metadata(obj, namespaced=True)
+    spec = _mapping(obj.get("spec"), "spec")
+    status = _mapping(obj.get("status"), "status")
+    node_name = _opt_str(spec.get("nodeName"), "spec.nodeName") or None
+    ports: dict[tuple[str, int], None] = {}
+    ended = status.get("phase") in ("Succeeded", "Failed")
+    if spec.get("hostNetwork") is True and node_name is not None and not ended:
+        for c, container in enumerate(_list(spec.get("containers"), "spec.containers")):
+            if not isinstance(container, Mapping):
+                continue
+            for p, entry in enumerate(_list(container.get("ports"), f"spec.containers[{c}].ports")):
+                if not isinstance(entry, Mapping):
+                    continue
+                where = f"spec.containers[{c}].ports[{p}]"
+                protocol = _opt_str(entry.get("protocol"), f"{where}.protocol") or "TCP"
+                port = _port_number(entry.get("containerPort"), f"{where}.containerPort")
+                if port is not None:
+                    ports[protocol, port] = None
+    return PodView(namespace=namespace, name=name, node_name=node_name, ports=tuple(ports))

@@ -43,20 +43,27 @@ import urllib3
 import urllib3.connection
 from urllib3.util import wait_for_read
 
-Kind = Literal["nodes", "services", "endpointslices"]
+Kind = Literal["nodes", "services", "endpointslices", "pods"]
 
 COLLECTIONS: dict[str, str] = {
     "nodes": "/api/v1/nodes",
     "services": "/api/v1/services",
     "endpointslices": "/apis/discovery.k8s.io/v1/endpointslices",
+    "pods": "/api/v1/pods",
 }
 """Cluster-wide collection path of each watched kind."""
+
+FIELD_SELECTORS: dict[str, str] = {"pods": "spec.hostNetwork=true"}
+"""The ``fieldSelector`` every List and watch of a kind sends: of the Pods only the
+``hostNetwork: true`` ones, which port ownership reads (docs/design.md §4.9); the API
+server filters them (kube-apiserver ``pkg/registry/core/pod/strategy.go``
+``ToSelectableFields`` has ``spec.hostNetwork``), so the others never cross the wire."""
 
 LIST_PAGE_SIZE = 500
 """Page size of :meth:`KubernetesAPI.list_items` (kubectl's ``--chunk-size`` default)."""
 MAX_LIST_ITEMS = 1_000_000
 """Most objects one :meth:`KubernetesAPI.list_items` call reads (a 5,000-node cluster has
-~50,000 Nodes, Services and EndpointSlices together)."""
+~50,000 Nodes, Services, EndpointSlices and host-network Pods together)."""
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -101,11 +108,13 @@ class KubeAPI(Protocol):
     """The calls this controller makes. Errors: :class:`ApiError`, never anything else."""
 
     def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
-        """GET a page of the cluster-wide List of ``kind`` (``items``, ``metadata``)."""
+        """GET a page of the cluster-wide List of ``kind`` (``items``, ``metadata``), with
+        the kind's :data:`FIELD_SELECTORS` entry (``pods``: host-network Pods only)."""
         ...
 
     def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> WatchStream:
-        """Open a watch from ``resource_version`` with ``allowWatchBookmarks=true``."""
+        """Open a watch from ``resource_version`` with ``allowWatchBookmarks=true`` and the
+        kind's :data:`FIELD_SELECTORS` entry, like :meth:`list_page`."""
         ...
 
     def patch_service_status(
@@ -226,6 +235,8 @@ class KubernetesAPI:
     def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
         """See :meth:`KubeAPI.list_page`."""
         query: list[tuple[str, Any]] = [("limit", limit)]
+        if kind in FIELD_SELECTORS:
+            query.append(("fieldSelector", FIELD_SELECTORS[kind]))
         if continue_token:
             query.append(("continue", continue_token))
         return self._json("GET", COLLECTIONS[kind], query=query)
@@ -240,7 +251,8 @@ class KubernetesAPI:
         max_items: int = MAX_LIST_ITEMS,
     ) -> list[dict[str, Any]]:
         """Every object of ``kind`` (in ``namespace``; ``None`` = all namespaces, the only
-        form for ``nodes``), optionally matching ``label_selector``, read in pages of
+        form for ``nodes``), optionally matching ``label_selector`` (and always the kind's
+        :data:`FIELD_SELECTORS` entry: ``pods`` are the host-network ones), read in pages of
         ``page_size`` with ``limit``/``continue`` like ``kubectl get`` (API concepts,
         "Retrieving large results sets in chunks"). Objects are plain dicts without
         ``kind``/``apiVersion`` (the List carries them).
@@ -262,6 +274,8 @@ class KubernetesAPI:
             query: list[tuple[str, Any]] = [("limit", page_size)]
             if label_selector:
                 query.append(("labelSelector", label_selector))
+            if kind in FIELD_SELECTORS:
+                query.append(("fieldSelector", FIELD_SELECTORS[kind]))
             if token:
                 query.append(("continue", token))
             page = self._json("GET", path, query=query)
@@ -282,12 +296,14 @@ class KubernetesAPI:
 
     def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> WatchStream:
         """See :meth:`KubeAPI.watch`; the socket read timeout is ``timeout_seconds + 15``."""
-        query = [
+        query: list[tuple[str, Any]] = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
             ("resourceVersion", resource_version),
             ("timeoutSeconds", timeout_seconds),
         ]
+        if kind in FIELD_SELECTORS:
+            query.append(("fieldSelector", FIELD_SELECTORS[kind]))
         response = self._call(
             "GET", COLLECTIONS[kind], query=query, timeout=(self._timeout, timeout_seconds + 15)
         )

@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from app.core.dump import Dump, DumpError, DumpViews, load_dump, project
-from app.core.nodeipam import LOCAL, Selection, is_managed, select
+from app.core.nodeindex import NodeIndex
+from app.core.nodeipam import LOCAL, Selection, candidate_ips, is_managed, owned, select
 from app.core.options import SelectionSettings
+from app.core.ports import PortIndex
 from app.core.status import ingress_differs
 from app.core.text import elide
 from app.core.views import EndpointSliceView, ServiceView
@@ -113,19 +115,43 @@ def preview_dump(
 ) -> Iterator[Selection]:
     """One :class:`Selection` per Service of ``views`` in ``scope`` (default all), in
     namespace/name order, computed as it is consumed (a 5,000-node Selection holds 5,000
-    verdicts)."""
+    verdicts), after port ownership (docs/design.md §4.9) against every Service of
+    ``views``, whatever the scope."""
     by_service: dict[tuple[str, str | None], list[EndpointSliceView]] = defaultdict(list)
     for s in views.endpoint_slices:
         by_service[s.namespace, s.service_name].append(s)
+    index = NodeIndex(views.nodes)
+    ports = PortIndex(lambda view: is_managed(view, settings)[0])
     for svc in views.services:
-        if scope is not None and not scope.wanted(svc):
-            continue
-        yield select(
+        ports.put_service(f"{svc.namespace}/{svc.name}", None, svc)
+    candidates: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def selection_of(svc: ServiceView) -> Selection:
+        return select(
             service=svc,
-            nodes=views.nodes,
+            nodes=index,
             endpoint_slices=by_service.get((svc.namespace, svc.name), []),
             settings=settings,
             now=now,
+        )
+
+    def candidates_of(svc: ServiceView) -> tuple[str, ...]:
+        key = (svc.namespace, svc.name)
+        found = candidates.get(key)
+        if found is None:
+            found = candidates[key] = candidate_ips(selection_of(svc), svc)
+        return found
+
+    for svc in views.services:
+        if scope is not None and not scope.wanted(svc):
+            continue
+        yield owned(
+            selection_of(svc),
+            svc,
+            ports=ports,
+            candidates_of=candidates_of,
+            node_of=index.node_of,
+            settings=settings,
         )
 
 

@@ -4,6 +4,13 @@ It keeps objects as JSON dicts with a global ``resourceVersion`` counter and an 
 history so watches resume from a version, can be compacted (watch from an older version →
 an ``ERROR`` event with code 410, as the API server sends it), and lets tests queue faults
 per operation (``fail("patch services/status", 409)``). ``calls`` counts every operation.
+
+Lists and watches of a kind apply its field selector (``app.kube.client.FIELD_SELECTORS``,
+``pods``: ``spec.hostNetwork=true``) as kube-apiserver does: only matching objects are
+listed; a watch sends an object entering the selection as ``ADDED``, leaving it as
+``DELETED``, and nothing of the others; a field label the kind does not support is
+``400 field label not supported: <label>`` (the selector rules are ``tests.fakeapi``'s,
+which ``tests/fakeapi_contract/test_pods.py`` holds to a real kube-apiserver).
 """
 
 from __future__ import annotations
@@ -13,12 +20,39 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from app.kube.client import ApiError, Kind
+from app.kube.client import FIELD_SELECTORS, ApiError, Kind
+from tests.fakeapi.errors import ApiError as FakeApiError
+from tests.fakeapi.resources import RESOURCES
+from tests.fakeapi.selectors import parse_field_selector
 
-NAMESPACED = {"services": True, "endpointslices": True, "nodes": False}
+NAMESPACED = {"services": True, "endpointslices": True, "nodes": False, "pods": True}
+
+Matcher = Callable[[dict[str, Any] | None], bool]
+
+
+def field_matcher(kind: str, selector: str) -> Matcher:
+    """Compile a field selector for ``kind`` with the fake API server's rules
+    (:func:`tests.fakeapi.selectors.parse_field_selector` and the resource's field labels:
+    a Pod's are kube-apiserver's, ``spec.hostNetwork`` of a Pod without it is ``false``):
+    a function of an object (``None``: absent, never matches).
+
+    Raises:
+        ApiError: 400 with kube-apiserver's message (``field label not supported: <label>``).
+    """
+    resource = next(r for r in RESOURCES if r.plural == kind)  # one per watched kind
+    try:
+        compiled = parse_field_selector(
+            selector,
+            allowed=resource.field_labels,
+            aliases=resource.field_aliases,
+            defaults=resource.field_defaults,
+        )
+    except FakeApiError as err:
+        raise ApiError(err.code, str(err)) from None
+    return lambda obj: obj is not None and compiled(obj)
 
 
 def key_of(obj: dict[str, Any]) -> str:
@@ -26,11 +60,38 @@ def key_of(obj: dict[str, Any]) -> str:
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
 
 
+def _everything(obj: dict[str, Any] | None) -> bool:
+    return obj is not None
+
+
+def kind_matcher(kind: str) -> Matcher:
+    """What a List or watch of ``kind`` returns: its ``FIELD_SELECTORS`` entry, or all."""
+    selector = FIELD_SELECTORS.get(kind)
+    return _everything if selector is None else field_matcher(kind, selector)
+
+
+def filtered(
+    event: dict[str, Any], old: dict[str, Any] | None, wanted: Matcher
+) -> dict[str, Any] | None:
+    """``event`` as a watch with the selection ``wanted`` sees it (kube-apiserver's
+    ``cacheWatcher.convertToWatchEvent``): ``old`` is the object before the change."""
+    new = None if event["type"] == "DELETED" else event["object"]
+    now, before = wanted(new), wanted(old)
+    if now:
+        return {"type": "MODIFIED" if before else "ADDED", "object": event["object"]}
+    if before and old is not None:
+        gone = copy.deepcopy(old)
+        gone["metadata"]["resourceVersion"] = event["object"]["metadata"]["resourceVersion"]
+        return {"type": "DELETED", "object": gone}
+    return None
+
+
 class MemoryWatch:
     def __init__(self, api: MemoryAPI, kind: Kind, version: int, timeout: float) -> None:
         self._api, self._kind, self._version, self._timeout = api, kind, version, timeout
         self._closed = False
         self._generation = api.watch_generation
+        self._wanted = kind_matcher(kind)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         api = self._api
@@ -51,9 +112,11 @@ class MemoryWatch:
                     continue
             if self._closed:
                 return
-            for version, _, event in pending:
+            for version, _, event, old in pending:
                 self._version = version
-                yield copy.deepcopy(event)
+                seen = filtered(event, old, self._wanted)
+                if seen is not None:
+                    yield copy.deepcopy(seen)
 
     def close(self) -> None:
         self._closed = True
@@ -65,7 +128,8 @@ class MemoryAPI:
         self.version = 0
         self.compacted = 0
         self.objects: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in NAMESPACED}
-        self.history: list[tuple[int, str, dict[str, Any]]] = []
+        self.history: list[tuple[int, str, dict[str, Any], dict[str, Any] | None]] = []
+        """``(resourceVersion, kind, watch event, the object before it or None)``."""
         self.leases: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.calls: Counter[str] = Counter()
@@ -97,9 +161,10 @@ class MemoryAPI:
     def delete(self, kind: str, key: str) -> None:
         with self.cond:
             obj = self.objects[kind].pop(key)
+            before = copy.deepcopy(obj)
             self.version += 1
             obj["metadata"]["resourceVersion"] = str(self.version)
-            self.history.append((self.version, kind, {"type": "DELETED", "object": obj}))
+            self.history.append((self.version, kind, {"type": "DELETED", "object": obj}, before))
             self.cond.notify_all()
 
     def get(self, kind: str, key: str) -> dict[str, Any] | None:
@@ -127,8 +192,9 @@ class MemoryAPI:
     # --- KubeAPI -------------------------------------------------------------------
     def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
         self._call(f"list {kind}")
+        wanted = kind_matcher(kind)
         with self.cond:
-            items = sorted(self.objects[kind].items())
+            items = [(k, o) for k, o in sorted(self.objects[kind].items()) if wanted(o)]
             start = int(continue_token or 0)
             page = [copy.deepcopy(obj) for _, obj in items[start : start + limit]]
             more = start + limit < len(items)
@@ -139,6 +205,7 @@ class MemoryAPI:
 
     def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> MemoryWatch:
         self._call(f"watch {kind}")
+        kind_matcher(kind)  # an unsupported field selector fails the request, not the stream
         return MemoryWatch(self, kind, int(resource_version), timeout_seconds)
 
     def patch_service_status(
@@ -242,9 +309,10 @@ class MemoryAPI:
     def _store(self, kind: str, key: str, obj: dict[str, Any], event_type: str) -> dict[str, Any]:
         self.version += 1
         obj["metadata"]["resourceVersion"] = str(self.version)
+        before = self.objects[kind].get(key)
         self.objects[kind][key] = obj
         self.history.append(
-            (self.version, kind, {"type": event_type, "object": copy.deepcopy(obj)})
+            (self.version, kind, {"type": event_type, "object": copy.deepcopy(obj)}, before)
         )
         self.cond.notify_all()
         return obj

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ import httpx
 import yaml
 
 from app.config import Settings
-from tests.cases import CASES, read_expected
+from tests.cases import CASES, read_ours
 
 CASE = CASES / "kind-4node"
 CLASS = "io.cilium/node"
@@ -45,7 +46,7 @@ def kind_4node() -> tuple[list[tuple[str, dict[str, Any]]], dict[str, list[str] 
     """``([(plural, object)], {"ns/name": [ips] or None for 'untouched'})``."""
     cluster = yaml.safe_load((CASE / "cluster.yaml").read_text())
     objects = [(KIND_PLURAL[o["kind"]], o) for o in cluster["items"]]
-    return objects, read_expected(CASE)
+    return objects, read_ours(CASE)
 
 
 def node(
@@ -79,6 +80,12 @@ def node(
     }
 
 
+def distinct_port(namespace: str, name: str) -> int:
+    """A TCP port for Service ``namespace/name`` in 40000-59999 (above the NodePort range,
+    no reserved port), stable per key: CRC-32 of the key."""
+    return 40000 + zlib.crc32(f"{namespace}/{name}".encode()) % 20000
+
+
 def service(
     name: str,
     *,
@@ -88,12 +95,18 @@ def service(
     lb_class: str | None = CLASS,
     type_: str = "LoadBalancer",
     ingress: Sequence[str] | None = None,
+    port: int | None = None,
 ) -> dict[str, Any]:
+    """A v1 Service dict. ``port`` defaults to :func:`distinct_port` of its key, so two
+    Services of a test never share a port (port ownership, docs/design.md §4.9) unless
+    the test says so."""
     spec: dict[str, Any] = {
         "type": type_,
         "ipFamilies": ["IPv4"],
         "externalTrafficPolicy": "Local" if local else "Cluster",
-        "ports": [{"port": 80, "protocol": "TCP"}],
+        "ports": [
+            {"port": port or distinct_port(namespace, name), "protocol": "TCP"},
+        ],
     }
     if lb_class is not None:
         spec["loadBalancerClass"] = lb_class
@@ -129,6 +142,25 @@ def endpoint_slice(
     }
 
 
+def host_pod(
+    name: str, *, node_name: str, port: int, namespace: str = "monitoring", host: bool = True
+) -> dict[str, Any]:
+    """A v1 Pod bound to ``node_name`` declaring TCP ``port`` (``hostNetwork: host``)."""
+    spec: dict[str, Any] = {
+        "nodeName": node_name,
+        "containers": [{"name": "c", "image": "exporter:1", "ports": [{"containerPort": port}]}],
+    }
+    if host:
+        spec["hostNetwork"] = True
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+        "status": {"phase": "Running"},
+    }
+
+
 def fast_settings(**overrides: Any) -> Settings:
     """Settings with short leader-election durations and watch timeouts for tests."""
     values: dict[str, Any] = {
@@ -148,6 +180,8 @@ PATHS = {
     "nodes": "/api/v1/nodes",
     "services": "/api/v1/namespaces/{ns}/services",
     "endpointslices": "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+    "pods": "/api/v1/namespaces/{ns}/pods",
+    "serviceaccounts": "/api/v1/namespaces/{ns}/serviceaccounts",
 }
 
 
@@ -184,6 +218,12 @@ class Kubectl:
         assert response.status_code == 200, response.text
         return dict(response.json())
 
-    def delete(self, kind: str, name: str, *, ns: str = "default") -> None:
-        response = self.http.delete(self._path(kind, name, ns=ns))
+    def delete(
+        self, kind: str, name: str, *, ns: str = "default", grace_period: int | None = None
+    ) -> dict[str, Any]:
+        """DELETE; ``grace_period`` is ``gracePeriodSeconds`` (a bound Pod's delete is
+        graceful otherwise). Returns the answer (a Pod or Service, else a Status)."""
+        params = {} if grace_period is None else {"gracePeriodSeconds": grace_period}
+        response = self.http.delete(self._path(kind, name, ns=ns), params=params)
         assert response.status_code in (200, 202), response.text
+        return dict(response.json())

@@ -1,9 +1,10 @@
-"""ClusterCache: re-list diffs, the EndpointSlice index, the shared Node snapshot."""
+"""ClusterCache: re-list diffs, the EndpointSlice index, the shared Node snapshot, the
+host-network Pods of the port index."""
 
 from __future__ import annotations
 
-from app.controller.cache import ClusterCache
-from app.core.views import endpoint_slice_view, node_view
+from app.controller.cache import KINDS, ClusterCache
+from app.core.views import PodView, endpoint_slice_view, node_view
 from tests.controller.support import endpoint_slice, node
 
 
@@ -61,3 +62,27 @@ def test_node_index_is_shared_until_a_node_changes() -> None:
     cache.put("nodes", "b", node_view(node("b", labels={"pool": "edge"})))
     assert cache.node_index() is not index
     assert list(cache.node_index().matching(edge)) == [0, 1]
+
+
+def test_host_network_pods_feed_the_port_index_and_the_sync_waits_for_them() -> None:
+    """docs/design.md §4.9: the Pods' ports go into the port index on a list, a put and a
+    delete (its version moves each time), and the cache is not synced before them."""
+    cache = ClusterCache()
+    assert KINDS == ("nodes", "services", "endpointslices", "pods")
+    for kind in ("nodes", "services", "endpointslices"):
+        cache.replace(kind, {})
+    assert not cache.synced, "no decision before the host-network Pods are known"
+    exporter = PodView("monitoring", "exporter", "n1", (("TCP", 9100),))
+    version = cache.port_version()
+    cache.replace("pods", {"monitoring/exporter": exporter})
+    assert cache.synced and cache.pods(("TCP", 9100)) == [exporter]
+    assert cache.port_version() > version
+    moved = PodView("monitoring", "exporter", "n1", (("UDP", 9100),))
+    cache.put("pods", "monitoring/exporter", moved)
+    assert (cache.pods(("TCP", 9100)), cache.pods(("UDP", 9100))) == ([], [moved])
+    version = cache.port_version()
+    cache.delete("pods", "monitoring/exporter")
+    assert cache.pods(("UDP", 9100)) == [] and cache.port_version() > version
+    cache.put("pods", "monitoring/exporter", exporter)
+    assert cache.replace("pods", {}) == [("monitoring/exporter", exporter, None)]
+    assert cache.pods(("TCP", 9100)) == [], "a re-list drops what it no longer lists"

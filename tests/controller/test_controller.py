@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.controller.cache import ClusterCache
+from app.controller.cache import KINDS, ClusterCache
 from app.controller.manager import Controller
 from app.telemetry import metrics
 from tests.controller.memory_api import MemoryAPI
@@ -20,6 +20,7 @@ from tests.controller.support import (
     EXCLUDE,
     endpoint_slice,
     fast_settings,
+    host_pod,
     kind_4node,
     node,
     service,
@@ -52,7 +53,7 @@ def start(memory_api: MemoryAPI) -> Iterator[Start]:
 
 
 def converged(api: MemoryAPI, key: str, ips: list[str]) -> Callable[[], bool]:
-    return lambda: api.ingress(key) == ips
+    return lambda: (api.ingress(key) or []) == ips
 
 
 def test_kind_4node_converges_to_the_expected_ingress(memory_api: MemoryAPI, start: Start) -> None:
@@ -65,7 +66,7 @@ def test_kind_4node_converges_to_the_expected_ingress(memory_api: MemoryAPI, sta
         if ips is not None:
             wait_until(converged(memory_api, key, ips), what=f"{key} = {ips}")
     assert memory_api.ingress("default/other-class") == ["203.0.113.10"]
-    assert memory_api.calls["patch services/status"] == 4
+    assert memory_api.calls["patch services/status"] == sum(1 for ips in expected.values() if ips)
     assert controller.healthy() == (True, "ok")
 
 
@@ -172,14 +173,22 @@ def test_liveness_fails_naming_the_watch_that_is_stuck(memory_api: MemoryAPI, st
     assert "watch on nodes" in why
 
 
-def test_not_ready_before_the_first_full_list_of_all_three_kinds(
-    memory_api: MemoryAPI, start: Start
+@pytest.mark.parametrize("kind", ["endpointslices", "pods"])
+def test_not_ready_before_the_first_full_list_of_every_kind(
+    memory_api: MemoryAPI, start: Start, kind: str
 ) -> None:
-    memory_api.fail("list endpointslices", 503, 503, 503)
+    """Host-network Pods too: port ownership (docs/design.md §4.9) must not be decided,
+    nor a status written, before they are known."""
+    memory_api.apply("nodes", node("n1", internal=["10.0.0.1"]))
+    memory_api.apply("services", service("web"))
+    memory_api.fail(f"list {kind}", 503, 503, 503)
     controller = start(leader_elect=False)
     wait_until(lambda: controller.cache.kind_synced("nodes"), what="nodes listed")
-    wait_until(controller.ready, what="ready after EndpointSlices listed too")
-    assert memory_api.calls["list endpointslices"] == 4
+    assert not controller.cache.kind_synced(kind)  # type: ignore[arg-type]
+    assert not controller.ready() and memory_api.calls["patch services/status"] == 0
+    wait_until(controller.ready, what=f"ready after {kind} listed too")
+    assert memory_api.calls[f"list {kind}"] == 4
+    wait_until(converged(memory_api, "default/web", ["10.0.0.1"]), what="web written after")
 
 
 def test_prometheus_metrics_are_exposed(memory_api: MemoryAPI, start: Start) -> None:
@@ -369,8 +378,8 @@ class RacingSyncCache(ClusterCache):
 
     def __init__(self) -> None:
         super().__init__()
-        for kind in ("nodes", "services", "endpointslices"):
-            self.replace(kind, {})  # type: ignore[arg-type]
+        for kind in KINDS:
+            self.replace(kind, {})
         self.barrier = threading.Barrier(2, timeout=0.5)
 
     @property
@@ -465,6 +474,7 @@ def test_a_term_that_starts_as_the_caches_finish_syncing_misses_no_change(
     for kind, views in (
         ("services", {"default/web": view(web)}),
         ("nodes", {"n1": node_view(listed)}),
+        ("pods", {}),
     ):
         controller._on_changes(kind, cache.replace(kind, views))  # type: ignore[arg-type]
     slices = cache.replace("endpointslices", {})  # the last kind: synced from here on
@@ -522,3 +532,97 @@ def test_a_cold_start_writes_the_statuses_before_the_events() -> None:
     # Only the writes in flight when the queue ran empty (one per worker) may come later.
     late = api.order[first_event:].count("status")
     assert late <= controller.settings.workers, (late, api.order[:first_event][-5:])
+
+
+def test_one_owner_per_port_and_the_next_takes_over_when_the_owner_goes(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    """Port ownership (docs/design.md §4.9) in the running controller: two Services on
+    TCP/8080 of the same nodes; the older publishes, the newer is pending with a PortInUse
+    Warning and the state gauge's reason; deleting the owner requeues the newer through the
+    port index (no event of its own), which then takes the addresses."""
+    memory_api.apply("nodes", node("n1", internal=["10.0.0.1"]))
+    memory_api.apply("nodes", node("n2", internal=["10.0.0.2"]))
+    alpha = service("alpha", namespace="team-a", port=8080)
+    alpha["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    beta = service("beta", namespace="team-b", port=8080)
+    beta["metadata"]["creationTimestamp"] = "2026-06-01T00:00:00Z"
+    memory_api.apply("services", alpha)
+    memory_api.apply("services", beta)
+    controller = start(leader_elect=False)
+    wait_until(converged(memory_api, "team-a/alpha", ["10.0.0.1", "10.0.0.2"]), what="alpha")
+
+    def warned() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in memory_api.events
+            if e.get("reason") == "PortInUse" and e["regarding"]["name"] == "beta"
+        ]
+
+    wait_until(warned, what="beta's PortInUse Warning")
+    note = warned()[0]["note"]
+    assert "TCP/8080 on 10.0.0.1, 10.0.0.2: owned by Service team-a/alpha" in note, note
+    assert memory_api.ingress("team-b/beta") is None
+    counts, _ = controller.reconciler.states.snapshot()
+    assert counts.get(("pending", "PortInUse")) == 1, counts
+    memory_api.delete("services", "team-a/alpha")
+    wait_until(converged(memory_api, "team-b/beta", ["10.0.0.1", "10.0.0.2"]), what="beta")
+
+
+def test_a_host_network_pod_takes_its_port_on_its_node_until_it_goes(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    """Port ownership (docs/design.md §4.9) fed by the Pod informer: a host-network Pod on
+    n1 declaring TCP/9100 keeps a Service on 9100 off n1's address (a PortInUse Warning
+    names the Pod), not a Service on another port; deleting the Pod requeues the Service
+    on 9100, and only it, through the port index (no Service event), and n1 comes back."""
+    memory_api.apply("nodes", node("n1", internal=["10.0.0.1"]))
+    memory_api.apply("nodes", node("n2", internal=["10.0.0.2"]))
+    memory_api.apply("pods", host_pod("exporter", node_name="n1", port=9100))
+    memory_api.apply("services", service("metrics", port=9100))
+    memory_api.apply("services", service("other", port=9200))
+    controller = start(leader_elect=False)
+    wait_until(converged(memory_api, "default/metrics", ["10.0.0.2"]), what="n2's address only")
+    wait_until(converged(memory_api, "default/other", ["10.0.0.1", "10.0.0.2"]), what="other")
+    notes = wait_until(
+        lambda: [e["note"] for e in memory_api.events if e.get("reason") == "PortInUse"],
+        what="the PortInUse Warning",
+    )
+    assert "TCP/9100 on 10.0.0.1: hostNetwork Pod monitoring/exporter" in notes[0], notes
+    wait_until(lambda: len(controller.queue) == 0, what="the queue drained")
+    adds, seen = controller.queue_adds(), len(memory_api.history)
+    writes = memory_api.calls["patch services/status"]
+
+    memory_api.delete("pods", "monitoring/exporter")
+    wait_until(converged(memory_api, "default/metrics", ["10.0.0.1", "10.0.0.2"]), what="n1 back")
+    assert controller.queue_adds() - adds == 1, "the one Service with the Pod's port"
+    assert memory_api.calls["patch services/status"] - writes == 1
+    services = [(e["type"], e["object"]["metadata"]["name"])
+                for _, kind, e, _ in memory_api.history[seen:] if kind == "services"]  # fmt: skip
+    assert services == [("MODIFIED", "metrics")], "only the echo of the status write"
+    assert controller.cache.get("pods", "monitoring/exporter") is None
+
+
+def test_pods_off_the_host_network_never_reach_the_cache(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    """The Pod informer lists and watches ``spec.hostNetwork=true`` only (the API server
+    filters; the in-memory API does what kube-apiserver does): a Pod network Pod on the
+    same port blocks nothing and is neither listed nor watched into the cache; a
+    host-network Pod without a containerPort holds nothing and is not kept either."""
+    memory_api.apply("nodes", node("n1", internal=["10.0.0.1"]))
+    memory_api.apply("pods", host_pod("web-0", node_name="n1", port=9100, host=False))
+    memory_api.apply("services", service("metrics", port=9100))
+    controller = start(leader_elect=False)
+    wait_until(converged(memory_api, "default/metrics", ["10.0.0.1"]), what="published")
+    memory_api.apply("pods", host_pod("web-1", node_name="n1", port=9100, host=False))
+    portless = host_pod("agent", node_name="n1", port=9100)
+    portless["spec"]["containers"][0]["ports"] = []
+    memory_api.apply("pods", portless)
+    memory_api.apply("pods", host_pod("marker", node_name="n9", port=1))
+    wait_until(lambda: controller.cache.get("pods", "monitoring/marker"), what="marker watched")
+    pods = controller.cache._stores["pods"]
+    assert list(pods) == ["monitoring/marker"], pods
+    assert memory_api.ingress("default/metrics") == ["10.0.0.1"]
+    page = memory_api.list_page("pods", limit=10, continue_token=None)
+    assert [p["metadata"]["name"] for p in page["items"]] == ["agent", "marker"]

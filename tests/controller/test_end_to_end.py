@@ -20,6 +20,7 @@ from tests.controller.support import (
     EXCLUDE,
     Kubectl,
     endpoint_slice,
+    host_pod,
     kind_4node,
     node,
     service,
@@ -82,7 +83,8 @@ def test_kind_4node_gets_exactly_the_expected_ingress(
             wait_until(settled(fake_api, name, ips), what=f"{key} = {ips}")
     assert settled(fake_api, "other-class", ["203.0.113.10"])()
     assert status_patches(fake_api, name="other-class") == []
-    assert fake_api.requests()[PATCH_STATUS] == 4, "one write per managed Service"
+    written = sum(1 for ips in expected.values() if ips)
+    assert fake_api.requests()[PATCH_STATUS] == written, "one write per Service with an address"
 
 
 def test_operator_edits_converge(
@@ -409,3 +411,30 @@ def test_an_unchanged_warning_across_restarts_is_one_event_whose_series_counts_t
     [event] = httpx.get(url, timeout=10).json()["items"]
     assert event["reason"] == "InvalidNodeSelector"
     assert event["series"]["count"] == 3
+
+
+def test_a_terminating_host_network_pod_holds_its_port_until_it_is_gone(
+    fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
+) -> None:
+    """The Pod informer over HTTP (``fieldSelector=spec.hostNetwork=true``, the fake
+    filtering as kube-apiserver does): a host-network Pod on w1 declaring TCP/9100 keeps a
+    Service on 9100 off w1; a Pod on the Pod network on w2 does not; deleting the Pod
+    marks it terminating (its process still serves the port until the kubelet ends it)
+    and keeps w1 off; the Pod gone (a delete with period 0), w1 comes back."""
+    seed_three_nodes(fake_api)
+    kubectl.create("serviceaccounts", {"metadata": {"name": "default", "namespace": "default"}})
+    kubectl.create("pods", host_pod("exporter", node_name="w1", port=9100, namespace="default"))
+    kubectl.create(
+        "pods", host_pod("web", node_name="w2", port=9100, namespace="default", host=False)
+    )
+    kubectl.create("services", service("metrics", port=9100))
+    controller = run_controller()
+    wait_until(settled(fake_api, "metrics", ["10.0.0.2", "10.0.0.3"]), what="w1 left out")
+    assert controller.cache.get("pods", "default/web") is None
+    marked = kubectl.delete("pods", "exporter")
+    assert marked["metadata"]["deletionGracePeriodSeconds"] == 30
+    time.sleep(0.5)  # the MODIFIED event reaches the cache: still holding the port
+    assert settled(fake_api, "metrics", ["10.0.0.2", "10.0.0.3"])()
+    kubectl.delete("pods", "exporter", grace_period=0)
+    wait_until(settled(fake_api, "metrics", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="back")
+    assert len(status_patches(fake_api, name="metrics")) == 2

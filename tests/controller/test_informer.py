@@ -11,7 +11,7 @@ import pytest
 from app.controller.cache import Change, ClusterCache, View
 from app.controller.informer import Informer
 from app.core.views import node_view
-from app.kube.client import Kind
+from app.kube.client import ApiError, Kind
 from tests.controller.memory_api import MemoryAPI
 from tests.controller.support import node, wait_until
 
@@ -236,3 +236,46 @@ def test_an_unexpected_error_in_the_list_watch_cycle_backs_off_and_re_lists() ->
         wait_until(lambda: cache.kind_synced("nodes"), what="list after the failure")
         assert names(cache) == ["n0"]
         assert informer.alive()
+
+
+def test_the_pod_informer_lists_and_watches_host_network_pods_only() -> None:
+    """``fieldSelector=spec.hostNetwork=true`` (app.kube.client.FIELD_SELECTORS), applied by
+    the in-memory API as kube-apiserver applies it: the List pages hold host-network Pods
+    only, a watch says nothing of the others, and an object leaving the selection is a
+    DELETED event (entering it, ADDED)."""
+    from app.core.views import pod_view
+    from tests.controller.memory_api import field_matcher
+
+    api = MemoryAPI()
+
+    def pod(name: str, host: bool) -> dict[str, Any]:
+        spec: dict[str, Any] = {"nodeName": "n1", "containers": [{"name": "c", "ports": [
+            {"containerPort": 9100}]}]}  # fmt: skip
+        if host:
+            spec["hostNetwork"] = True
+        return {"metadata": {"name": name, "namespace": "ns"}, "spec": spec}
+
+    for i in range(5):
+        api.apply("pods", pod(f"host-{i}", True))
+        api.apply("pods", pod(f"pod-{i}", False))
+    cache, recorder = ClusterCache(), Recorder()
+    informer = Informer(kind="pods", api=api, cache=cache, to_view=pod_view, handler=recorder,
+                        page_size=2, backoff_initial=0.01)  # fmt: skip
+    informer.start()
+    try:
+        wait_until(lambda: cache.kind_synced("pods"), what="first list")
+        assert api.calls["list pods"] == 3, "5 host-network Pods in pages of 2"
+        assert sorted(recorder.changes) == [(f"ns/host-{i}", False, True) for i in range(5)]
+        api.apply("pods", pod("pod-5", False))
+        api.apply("pods", pod("host-0", False))  # leaves the selection
+        api.apply("pods", pod("pod-0", True))  # enters it
+        wait_until(lambda: cache.get("pods", "ns/pod-0"), what="pod-0 entered")
+        assert cache.get("pods", "ns/host-0") is None and cache.get("pods", "ns/pod-5") is None
+        assert recorder.changes[5:] == [("ns/host-0", True, False), ("ns/pod-0", False, True)]
+    finally:
+        informer.stop()
+        informer.join(5)
+    with pytest.raises(ApiError) as err:
+        field_matcher("pods", "spec.hostPID=true")
+    assert (err.value.status, err.value.reason) == (400, "field label not supported: spec.hostPID")
+    assert field_matcher("pods", "spec.hostNetwork=false")(pod("x", False))

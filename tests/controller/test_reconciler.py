@@ -76,8 +76,9 @@ def test_kind_4node_services_get_exactly_the_expected_ingress() -> None:
         if ips is None:
             assert world.api.ingress(key) == before[key], f"{key} must stay untouched"
         else:
-            assert world.api.ingress(key) == ips, key
-    assert world.api.calls["patch services/status"] == 4
+            assert (world.api.ingress(key) or []) == ips, key
+    # one write per Service that gets an address (the others stay without a status)
+    assert world.api.calls["patch services/status"] == sum(1 for ips in expected.values() if ips)
 
 
 def test_a_second_reconcile_of_a_converged_service_writes_nothing(world: World) -> None:

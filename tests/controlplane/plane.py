@@ -87,6 +87,7 @@ level then gets one seat (``ceil``), so :meth:`ControlPlane.throttle` rejects a 
 second concurrent request. ``system:masters`` (the admin kubeconfig) is exempt."""
 DEFAULT_THROTTLED: tuple[tuple[str, str], ...] = (
     ("", "nodes"),
+    ("", "pods"),
     ("", "services"),
     ("", "services/status"),
     ("", "events"),

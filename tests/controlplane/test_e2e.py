@@ -42,7 +42,7 @@ from tests.controlplane.serving import (
 
 pytestmark = pytest.mark.controlplane
 
-EXPECTED = ROOT / "examples" / "kind-4node" / "expected.txt"
+EXPECTED = ROOT / "examples" / "kind-4node" / "expected-port-ownership.txt"
 
 
 @dataclass

@@ -16,6 +16,7 @@ import pytest
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import Selection, select
 from app.core.options import SelectionSettings
+from app.core.ports import OWNERSHIP_FIELDS
 from app.core.selection_memo import MAX_SELECTOR_CHARS, NotMemoised, SelectionMemo
 from app.core.views import ServiceView
 from tests.core.builders import NOW, endpoint, endpoint_slice, node, service
@@ -165,7 +166,8 @@ def test_change_to_a_field_select_reads_is_a_miss(changes: dict[str, Any]) -> No
 def test_every_field_select_reads_is_covered_above() -> None:
     """A new ServiceView field must be added to the key or shown unread by select."""
     covered = {next(iter(c)) for _, c in SERVICE_FIELD_CHANGES}
-    unread = {"ingress", "resource_version", "uid"}  # uid: Events only, compare=False
+    # uid: Events only, compare=False; the port-ownership fields: app.core.ports only.
+    unread = {"ingress", "resource_version", "uid", *OWNERSHIP_FIELDS}
     assert {f.name for f in dataclasses.fields(ServiceView)} == covered | unread
 
 

@@ -84,6 +84,9 @@ MATRIX: dict[str, dict[str, Any]] = {
             "exclude-not-ready-nodes": True,
             "not-ready-grace-seconds": 0.5,
             "ip-mode": "Proxy",
+            "reserved-node-ports": "22,6443/TCP,10250-10259",
+            "reserved-port-exceptions": "kube-system/bastion:22;infra/dns:53/UDP+53/TCP",
+            "allowed-namespaces": "default,team-a",
             "bind-address": "::",
             "port": 8443,
             "health-probe-bind-address": "[::]:8082",
@@ -322,6 +325,9 @@ def test_schema_accepts_a_setting_exactly_when_serve_does(field: str) -> None:
         ({"settings": {"default-lb-service-ipam": "NodeIPAM"}}, "default-lb-service-ipam"),
         ({"settings": {"workers": 0}}, "workers"),
         ({"settings": {"per-node-adress-fallback": True}}, "per-node-adress-fallback"),
+        # A port list is one string: `--set settings.reserved-node-ports=22` gives a number
+        # (deploy/README.md says --set-string).
+        ({"settings": {"reserved-node-ports": 22}}, "reserved-node-ports"),
         ({"settings": {"kubeconfig": "/etc/kubeconfig"}}, "kubeconfig"),
         ({"certificates": {"mode": "existing-secret"}}, "caBundle"),
         ({"certificates": {"mode": "cert-manager", "precreateSecret": True}}, "mode"),
@@ -397,6 +403,7 @@ def test_every_setting_reaches_the_container_env_as_serve_reads_it(
     settings = Settings()  # the Pod's variables, as serve reads them
     for name, value in given.items():
         assert getattr(settings, name.replace("-", "_")) == value, name
+    settings.selection()  # the port-ownership lists parse as serve parses them
     assert env(objects)["NODE_IPAM_INFLIGHT_BODY_BYTES"] == "16777216"  # not 1.6777216e+07
     port, probes = container(objects)["ports"]
     assert port["containerPort"] == 8443

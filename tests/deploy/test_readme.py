@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from app import __version__
+from app.config import Settings
 from tests.deploy.readme import README, code_blocks, section
 from tests.deploy.render import (
     DEPLOY,
@@ -92,3 +93,14 @@ def test_the_overlay_example_with_new_tag_uncommented_replaces_the_tag(tmp_path:
     assert container(render_overlay(tmp_path, text))["image"] == (
         f"registry.example.org/node-ipam-lb:{tag}"
     )
+
+
+def test_every_helm_settings_example_is_a_value_serve_accepts() -> None:
+    # e.g. --set-string 'settings.reserved-port-exceptions=kube-system/bastion:22'
+    examples = re.findall(r"--set(?:-string)? '?settings\.([a-z-]+)=([^'\s`]+)", README)
+    names = {name for name, _ in examples}
+    assert {"ip-mode", "reserved-port-exceptions", "allowed-namespaces"} <= names
+    for name, value in examples:
+        field = name.replace("-", "_")
+        assert field in Settings.model_fields, name
+        Settings(**{field: value.replace("\\,", ",")}).selection()  # helm unescapes "\,"

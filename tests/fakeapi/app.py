@@ -317,7 +317,14 @@ class FakeApiApp:
                 )
                 return _json(obj, 200, ctx.warnings)
             if verb == "delete" and not t.sub:
-                code, body = cluster.delete(res, ns, t.name, await _body(request), ctx)
+                options = await _body(request)
+                grace = request.query_params.get("gracePeriodSeconds")
+                if grace is not None:  # query parameters are DeleteOptions too
+                    try:
+                        options = {**(options or {}), "gracePeriodSeconds": int(grace)}
+                    except ValueError:
+                        raise errors.bad_request(f"invalid gracePeriodSeconds: {grace!r}") from None
+                code, body = cluster.delete(res, ns, t.name, options, ctx)
                 return _json(body, code, ctx.warnings)
         except ApiError as err:
             return _error(err, ctx.warnings)
@@ -327,7 +334,12 @@ class FakeApiApp:
         q = request.query_params
         label = parse_label_selector(q["labelSelector"]) if q.get("labelSelector") else None
         fld = (
-            parse_field_selector(q["fieldSelector"], allowed=t.res.field_labels)
+            parse_field_selector(
+                q["fieldSelector"],
+                allowed=t.res.field_labels,
+                aliases=t.res.field_aliases,
+                defaults=t.res.field_defaults,
+            )
             if q.get("fieldSelector")
             else None
         )

@@ -21,13 +21,24 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakeapi import errors, event_rules, event_versions, fields, patch, reviews, service_rules
+from tests.fakeapi import (
+    errors,
+    event_rules,
+    event_versions,
+    fields,
+    patch,
+    pod_rules,
+    reviews,
+    service_rules,
+)
 from tests.fakeapi.admission import MUTATING, VALIDATING, AdmissionChain, Attributes
 from tests.fakeapi.resources import BY_KIND, BY_PATH, Resource
 from tests.fakeapi.store import Entry, Obj, Store, View
 
 NAMESPACES = BY_PATH[("", "v1", "namespaces")]
 SERVICES = BY_PATH[("", "v1", "services")]
+PODS = BY_PATH[("", "v1", "pods")]
+SERVICE_ACCOUNTS = BY_PATH[("", "v1", "serviceaccounts")]
 CORE_EVENTS = BY_PATH[("", "v1", "events")]
 EVENTS_V1 = BY_PATH[("events.k8s.io", "v1", "events")]
 ADMIN = {
@@ -133,6 +144,9 @@ class Cluster:
         if res is SERVICES:
             service_rules.apply_defaults(obj, self.allocator)
             service_rules.validate(obj, old)
+        if res is PODS:
+            pod_rules.apply_defaults(obj)
+            pod_rules.validate(obj, old)
         if res.kind == "Secret" and isinstance(obj.get("stringData"), dict):
             # The Secret REST strategy folds stringData into data and never stores it.
             encoded = {
@@ -177,6 +191,15 @@ class Cluster:
         validating = [e.obj for e in self.store.entries(VALIDATING)]
         if res is SERVICES:
             service_rules.apply_defaults(obj, self.allocator)
+        if res is PODS:
+            pod_rules.apply_defaults(obj)
+            if op == "CREATE":  # the built-in plugins run before the webhooks
+                pod_rules.admit_create(
+                    obj,
+                    service_account_exists=lambda ns, name: (
+                        self.store.get(SERVICE_ACCOUNTS.key, ns, name) is not None
+                    ),
+                )
         if mutating:
             await self.admission.admit(attrs, mutating, ctx.warnings)
         self._finish(res, obj, old)
@@ -217,6 +240,8 @@ class Cluster:
         if res is NAMESPACES:
             obj["spec"] = {"finalizers": ["kubernetes"]}
             obj["status"] = {"phase": "Active"}
+        if res is PODS:
+            obj["status"] = pod_rules.initial_status(obj)
         await self._admit(res, obj, None, op="CREATE", sub="", ctx=ctx)
         if self.store.get(res.key, namespace, meta["name"]) is not None:
             raise errors.already_exists(res.group, res.plural, meta["name"])
@@ -434,6 +459,8 @@ class Cluster:
                 f"({meta['uid']}). The object might have been deleted and then recreated",
             )
         obj = _loads(cur)
+        if res is PODS:
+            return self._delete_pod(cur, obj, options if isinstance(options, dict) else {}, ctx)
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp") or ctx.dry_run:
                 return 200, obj
@@ -456,6 +483,25 @@ class Cluster:
             "status": "Success",
             "details": details,
         }
+
+    def _delete_pod(
+        self, cur: Entry, obj: Obj, options: dict[str, Any], ctx: Context
+    ) -> tuple[int, Obj]:
+        """A Pod's delete is graceful (``CheckGracefulDelete``): it gets a
+        ``deletionTimestamp`` ``gracePeriodSeconds`` ahead (default its
+        ``terminationGracePeriodSeconds``; 0 when unbound or ended) and stays until the
+        kubelet, or a delete with period 0, ends it; the answer is the Pod. A period-0
+        delete writes the mark first, then removes the Pod (two watch events, MODIFIED and
+        DELETED, as kube-apiserver sends them)."""
+        period = pod_rules.grace_period(obj, options)
+        changed = pod_rules.mark_deleted(obj, period)
+        if ctx.dry_run:
+            return 200, obj
+        if changed:
+            obj = self.store.put(PODS.key, obj, old=cur.obj).obj
+        if period > 0 or obj["metadata"].get("finalizers"):
+            return 200, obj
+        return 200, self.store.remove(PODS.key, _copy(obj)).obj
 
     def _delete_namespace_contents(self, namespace: str) -> None:
         for res in BY_PATH.values():
@@ -511,6 +557,8 @@ class Cluster:
                 obj.setdefault("status", {"phase": "Active"})
             if res is SERVICES:
                 service_rules.apply_defaults(obj, self.allocator)
+            if res is PODS:
+                pod_rules.apply_defaults(obj)
             cur = self.store.get(res.key, meta.get("namespace", ""), meta["name"])
             stored.append(self.store.put(res.key, obj, old=cur.obj if cur else None).obj)
         return stored

@@ -89,6 +89,16 @@ def already_exists(group: str, resource: str, name: str) -> ApiError:
     )
 
 
+def forbidden(group: str, resource: str, name: str, why: str) -> ApiError:
+    """``errors.NewForbidden``: ``pods "x" is forbidden: <why>``."""
+    msg = f'{_qualified(group, resource)} "{name}" is forbidden: {why}'
+    return ApiError(
+        status_body(
+            code=403, message=msg, reason="Forbidden", details=_details(group, resource, name)
+        )
+    )
+
+
 def conflict(group: str, resource: str, name: str, why: str) -> ApiError:
     """``errors.NewConflict``: ``Operation cannot be fulfilled on services "x": <why>``."""
     msg = f'Operation cannot be fulfilled on {_qualified(group, resource)} "{name}": {why}'

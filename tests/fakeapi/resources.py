@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.fakeapi import pod_rules
+
 RW_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 STATUS_VERBS = ["get", "patch", "update"]
 
@@ -26,6 +28,11 @@ class Resource:
     create_only: bool = False
     short_names: tuple[str, ...] = ()
     field_labels: tuple[str, ...] = field(default=())
+    field_aliases: tuple[tuple[str, str], ...] = ()
+    """``(label, what it means)``: labels the field-label conversion renames."""
+    field_defaults: tuple[tuple[str, str], ...] = ()
+    """``(label, value)``: what a selector sees for a field the object leaves out (a bool
+    formatted with ``strconv.FormatBool`` is ``false``, never ``""``)."""
 
     @property
     def api_version(self) -> str:
@@ -44,8 +51,10 @@ class Resource:
     def has_generation(self) -> bool:
         """Whether the resource's REST strategy maintains ``metadata.generation`` (set to 1 on
         create, bumped on spec changes). Of the served kinds only these do on v1.35; Nodes,
-        Services, Namespaces, Leases, Secrets and Events carry none."""
+        Services, Namespaces, Leases, Secrets, ServiceAccounts and Events carry none (a Pod
+        also bumps it when a graceful delete starts)."""
         return self.kind in {
+            "Pod",
             "EndpointSlice",
             "MutatingWebhookConfiguration",
             "ValidatingWebhookConfiguration",
@@ -105,6 +114,19 @@ RESOURCES: tuple[Resource, ...] = (
         ),
     ),
     Resource("", "v1", "secrets", "Secret", True, field_labels=("type",)),
+    Resource(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        True,
+        True,
+        short_names=("po",),
+        field_labels=pod_rules.FIELD_LABELS,
+        field_aliases=pod_rules.FIELD_ALIASES,
+        field_defaults=pod_rules.FIELD_DEFAULTS,
+    ),
+    Resource("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",)),
     Resource(
         "discovery.k8s.io",
         "v1",

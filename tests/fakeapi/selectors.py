@@ -70,14 +70,16 @@ def match_label_selector_object(selector: Mapping[str, Any] | None) -> Matcher:
     return lambda labels: all(m(labels) for m in matchers)
 
 
-def _field_value(obj: Mapping[str, Any], path: str) -> str:
+def _field_value(obj: Mapping[str, Any], path: str, default: str = "") -> str:
     cur: Any = obj
     for part in path.split("."):
         cur = cur.get(part) if isinstance(cur, Mapping) else None
     if cur is None:
-        return ""
+        return default
     if isinstance(cur, bool):
         return "true" if cur else "false"
+    if isinstance(cur, list):
+        return ""  # not a selectable scalar (a Pod's status.podIPs): never set
     return str(cur)
 
 
@@ -99,12 +101,19 @@ def _split_unescaped(text: str, sep: str) -> list[str]:
 
 
 def parse_field_selector(
-    text: str, *, allowed: tuple[str, ...]
+    text: str,
+    *,
+    allowed: tuple[str, ...],
+    aliases: tuple[tuple[str, str], ...] = (),
+    defaults: tuple[tuple[str, str], ...] = (),
 ) -> Callable[[Mapping[str, Any]], bool]:
-    """Compile a field selector over the fields ``allowed`` (plus ``metadata.name/namespace``).
+    """Compile a field selector over the fields ``allowed`` (plus ``metadata.name/namespace``);
+    ``aliases`` rename labels first (a Pod's ``spec.host`` is ``spec.nodeName``), ``defaults``
+    give the value of a field the object leaves out (a Pod's ``spec.hostNetwork``: ``false``).
 
-    Raises :class:`ApiError` 400 ``"x" is not a known field selector`` like the real server.
+    Raises :class:`ApiError` 400 ``field label not supported: x`` like the real server.
     """
+    renamed, absent = dict(aliases), dict(defaults)
     tests: list[tuple[str, bool, str]] = []
     for term in _split_unescaped(text, ","):
         if not term.strip():
@@ -114,6 +123,7 @@ def parse_field_selector(
             raise bad_request(f"invalid selector: '{text}'; can't understand '{term}'")
         key, op, value = m.group(1).strip(), m.group(2), m.group(3)
         value = re.sub(r"\\(.)", r"\1", value)
+        key = renamed.get(key, key)
         if key not in ("metadata.name", "metadata.namespace", *allowed):
             raise ApiError(
                 {
@@ -127,4 +137,6 @@ def parse_field_selector(
                 }
             )
         tests.append((key, op == "!=", value))
-    return lambda obj: all((_field_value(obj, k) == v) != neg for k, neg, v in tests)
+    return lambda obj: all(
+        (_field_value(obj, k, absent.get(k, "")) == v) != neg for k, neg, v in tests
+    )

@@ -44,6 +44,8 @@ def test_core_and_group_lists(api: client.ApiClient) -> None:
             ["create", "delete", "get", "list", "patch", "update", "watch"],
         ),
         ("/api/v1", "services/status", True, ["get", "patch", "update"]),
+        ("/api/v1", "pods", True, ["create", "delete", "get", "list", "patch", "update", "watch"]),
+        ("/api/v1", "serviceaccounts", True, ["create", "delete", "get", "list", "watch"]),
         ("/api/v1", "nodes/status", False, ["get", "patch", "update"]),
         (
             "/apis/discovery.k8s.io/v1",

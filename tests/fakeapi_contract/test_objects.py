@@ -308,7 +308,7 @@ def test_events_in_both_groups(api: client.ApiClient, ns: str) -> None:
 @pytest.mark.parametrize(
     ("method", "path", "code"),
     [
-        ("GET", "/api/v1/pods", 404),
+        ("GET", "/api/v1/configmaps", 404),
         ("GET", "/apis/apps/v1/deployments", 404),
         ("GET", "/api/v1/namespaces/default/services/s/proxy", 404),
         ("DELETE", "/api/v1/namespaces/default/services", 405),

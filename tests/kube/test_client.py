@@ -110,6 +110,51 @@ def test_list_items_pages_through_a_namespace_and_reads_one_service(
         api.list_items("nodes", page_size=3, max_items=5)
 
 
+def _pod(name: str, *, host: bool, namespace: str = "monitoring") -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeName": "n1", "containers": [{"name": "c", "image": "e:1"}]}
+    if host:
+        spec["hostNetwork"] = True
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": spec}  # fmt: skip
+
+
+def test_pods_are_listed_and_watched_with_the_host_network_field_selector(
+    fake_api: FakeApiServer,
+) -> None:
+    """``pods`` sends ``fieldSelector=spec.hostNetwork=true`` on every List page, watch and
+    ``list_items``, across all namespaces: the others never cross the wire."""
+    fake_api.seed([_pod(f"host-{i}", host=True, namespace=f"ns-{i % 2}") for i in range(3)])
+    fake_api.seed([_pod(f"pod-{i}", host=False, namespace=f"ns-{i % 2}") for i in range(3)])
+    api = KubernetesAPI(fake_api.client())
+    first = api.list_page("pods", limit=2, continue_token=None)
+    token = first["metadata"]["continue"]
+    rest = api.list_page("pods", limit=2, continue_token=token)
+    assert [p["metadata"]["name"] for p in first["items"] + rest["items"]] == [
+        "host-0", "host-2", "host-1"
+    ]  # fmt: skip
+    assert "continue" not in rest["metadata"]
+    assert [p["metadata"]["name"] for p in api.list_items("pods", page_size=1)] == [
+        "host-0", "host-2", "host-1"
+    ]  # fmt: skip
+    version = rest["metadata"]["resourceVersion"]
+    stream = api.watch("pods", resource_version=version, timeout_seconds=60)
+    seen: list[tuple[str, str]] = []
+
+    def consume() -> None:
+        for event in stream:
+            seen.append((event["type"], event["object"]["metadata"].get("name", "")))
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    fake_api.seed([_pod("pod-9", host=False), _pod("host-9", host=True)])
+    wait_until(lambda: ("ADDED", "host-9") in seen, what="ADDED event")
+    stream.close()
+    reader.join(5)
+    assert [s for s in seen if s[0] != "BOOKMARK"] == [("ADDED", "host-9")]
+    watched = [r["path"] for r in fake_api.request_log() if r["resource"] == "pods"]
+    assert watched and set(watched) == {"/api/v1/pods"}
+
+
 def kubeconfig(path: Path, server: str, namespace: str = "default") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cases import read_expected
+from tests.cases import read_ours
 from tests.preview.conftest import KIND_4NODE, parse_table, preview
 
 
 def expected() -> dict[str, list[str] | None]:
     """``namespace/name -> IPs`` from expected.txt; ``None`` for ``untouched``."""
-    return read_expected(KIND_4NODE)
+    return read_ours(KIND_4NODE)
 
 
 def table_ips(stdout: str) -> dict[str, list[str] | None]:

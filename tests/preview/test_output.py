@@ -125,5 +125,8 @@ def test_items_are_written_as_they_are_computed(
         now=NOW,
     )
     assert code == 0
-    assert computed[0] == 5
-    assert stdout.at_first_write == 1
+    # 5 Selections shown, plus one more per managed Service (4) whose candidate addresses
+    # port ownership compares (docs/design.md §4.9): those keep only the addresses. The
+    # first item is out after its own Selection and its three rivals' candidates.
+    assert computed[0] == 9
+    assert stdout.at_first_write == 4

@@ -14,7 +14,10 @@ from fastapi import FastAPI
 
 from app.config import Settings
 from app.core.nodeindex import NodeIndex
-from app.core.views import EndpointSliceView, NodeView, ServiceView, service_view
+from app.core.nodeipam import is_managed
+from app.core.options import SelectionSettings
+from app.core.ports import PortIndex, PortKey
+from app.core.views import EndpointSliceView, NodeView, PodView, ServiceView, service_view
 from app.web.app import create_app
 from tests.core.admission.builders import endpoint_slice, node, service
 
@@ -63,6 +66,9 @@ class FakeCache:
     service_views: dict[tuple[str, str], ServiceView] = field(default_factory=dict)
     slices: list[EndpointSliceView] = field(default_factory=list)
     _index: NodeIndex | None = field(default=None, repr=False)
+    pod_views: list[PodView] = field(default_factory=list)
+    selection: SelectionSettings = field(default_factory=SelectionSettings)
+    """Decides which Services the port index counts as managed (as ClusterCache's)."""
 
     def nodes(self) -> list[NodeView]:
         return list(self.node_views)
@@ -94,6 +100,28 @@ class FakeCache:
     def add_service(self, obj: dict[str, Any]) -> None:
         view = service_view(obj)
         self.service_views[(view.namespace, view.name)] = view
+
+    # app.core.ports.PortLookup, from an index built afresh from the lists (tests mutate them).
+
+    def _ports(self) -> PortIndex:
+        index = PortIndex(lambda view: is_managed(view, self.selection)[0])
+        for view in self.service_views.values():
+            index.put_service(f"{view.namespace}/{view.name}", None, view)
+        for pod in self.pod_views:
+            index.put_pod(f"{pod.namespace}/{pod.name}", None, pod)
+        return index
+
+    def claimants(self, key: PortKey) -> list[ServiceView]:
+        return self._ports().claimants(key)
+
+    def fixed(self, key: PortKey) -> list[tuple[ServiceView, tuple[str, ...]]]:
+        return self._ports().fixed(key)
+
+    def node_port_holders(self, key: PortKey) -> list[tuple[ServiceView, str]]:
+        return self._ports().node_port_holders(key)
+
+    def pods(self, key: PortKey) -> list[PodView]:
+        return self._ports().pods(key)
 
 
 @dataclass

@@ -303,7 +303,7 @@ def test_an_unexpected_error_in_the_decision_is_a_logged_400(
     def broken(*_: object, **__: object) -> None:
         raise TypeError("unhashable type: 'dict'")
 
-    monkeypatch.setattr(admission, "validate", broken)
+    monkeypatch.setattr(admission, "verdict", broken)
     response = post(client, "/validate", review(service()))
     assert response.status_code == 400
     assert "TypeError(\"unhashable type: 'dict'\")" in response.json()["detail"]

@@ -227,6 +227,7 @@ def test_console_script_prints_no_traceback_on_bad_settings() -> None:
                 "--no-exclude-not-ready-nodes",
                 "--not-ready-grace-seconds",
                 "--ip-mode",
+                "--reserved-port-exceptions",
             ],
         ),
         (
@@ -238,6 +239,7 @@ def test_console_script_prints_no_traceback_on_bad_settings() -> None:
                 "--no-enable-node-ipam",
                 "--request-timeout-seconds",
                 "--no-per-node-address-fallback",
+                "--reserved-port-exceptions",
                 "--webhook-configuration-name",
                 "--cert-check-interval-seconds",
             ],
@@ -312,6 +314,91 @@ def test_class_and_annotation_must_be_qualified_names(args: list[str], message: 
         )
         assert result.exit_code == 2, result.output
         assert message in result.output
+
+
+@pytest.mark.parametrize("command", ["serve", "preview"])
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--reserved-node-ports", "22,ssh"], {}, "reserved-node-ports: Invalid value: 'ssh'"),
+        (["--reserved-node-ports", "70000"], {}, "reserved-node-ports: Invalid value: '70000'"),
+        (
+            ["--reserved-node-ports", "10259-10250"],
+            {},
+            "reserved-node-ports: Invalid value: '10259-10250': the range ends before it starts",
+        ),
+        (
+            ["--reserved-node-ports", "53/ICMP"],
+            {},
+            "reserved-node-ports: Invalid value: '53/ICMP': protocol must be TCP, UDP or SCTP",
+        ),
+        ([], {"NODE_IPAM_RESERVED_NODE_PORTS": "x"}, "reserved-node-ports: Invalid value: 'x'"),
+        (
+            ["--reserved-port-exceptions", "bastion:22"],
+            {},
+            "reserved-port-exceptions: Invalid value: 'bastion:22'",
+        ),
+        (
+            ["--reserved-port-exceptions", "kube-system/bastion:ssh"],
+            {},
+            "reserved-port-exceptions: Invalid value: 'ssh'",
+        ),
+        (
+            [],
+            {"NODE_IPAM_RESERVED_PORT_EXCEPTIONS": "kube-system/bastion"},
+            "reserved-port-exceptions: Invalid value: 'kube-system/bastion'",
+        ),
+        (
+            ["--allowed-namespaces", "team-a,Team_B"],
+            {},
+            "allowed-namespaces: Invalid value: 'Team_B'",
+        ),
+        ([], {"NODE_IPAM_ALLOWED_NAMESPACES": "a b"}, "allowed-namespaces: Invalid value: 'a b'"),
+    ],
+    ids=[
+        "port not a number",
+        "port out of range",
+        "range ends before it starts",
+        "unknown protocol",
+        "env reserved-node-ports",
+        "exception without namespace",
+        "exception port not a number",
+        "env exception without ports",
+        "namespace not a DNS-1123 label",
+        "env namespace with a space",
+    ],
+)
+def test_a_bad_port_ownership_setting_exits_2_naming_it(
+    command: str,
+    args: list[str],
+    env: dict[str, str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # docs/design.md §4.9, §10: the three port-ownership settings are checked at start-up,
+    # by serve and by preview alike, before any cluster is read.
+    for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    extra = ["-f", "-"] if command == "preview" else []
+    result = CliRunner().invoke(cli, [command, *args, *extra], input="")
+    assert result.exit_code == 2, result.output
+    assert "invalid setting: " + message in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"reserved_node_ports": ""},
+        {"reserved_node_ports": " 22 , 2379-2380/tcp,53/UDP,"},
+        {"reserved_port_exceptions": "kube-system/bastion:22;infra/dns:53/UDP+53/TCP;"},
+        {"allowed_namespaces": "default, team-a"},
+    ],
+)
+def test_port_ownership_settings_accept_what_the_help_describes(settings: dict[str, str]) -> None:
+    Settings(**settings).selection()
 
 
 @pytest.mark.parametrize(

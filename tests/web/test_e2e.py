@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.controller.support import distinct_port
 from tests.fakeapi.server import FakeApiServer
 from tests.kubectl import kubectl as kubectl_path
 
@@ -208,7 +209,9 @@ def manifest(name: str, *, selector: str | None = None, cls: str | None = None) 
         metadata["annotations"] = {ANNOTATION: selector}
     spec: dict[str, Any] = {
         "type": "LoadBalancer",
-        "ports": [{"port": 80}],
+        # A port of its own: not the example's 80, which nginx-cluster owns on every
+        # node, nor another test's (port ownership, docs/design.md §4.9).
+        "ports": [{"port": distinct_port("default", name)}],
         "selector": {"app": "nginx"},
     }
     if cls is not None:
@@ -290,7 +293,8 @@ def test_preview_over_https_needs_a_token_reviewed_by_the_api_server(
     assert get("/preview/default/nginx-one-node", "scraper-token").status_code == 403
     item = get("/preview/default/nginx-one-node", "viewer-token").json()
     assert item["name"] == "nginx-one-node" and item["managed"] is True
-    assert [n["name"] for n in item["nodes"] if n["selected"]] == ["kind-worker2"]
+    # Its selector picks kind-worker2, where nginx-cluster owns TCP/80 (§4.9).
+    assert [n["name"] for n in item["nodes"] if n["code"] == "PortInUse"] == ["kind-worker2"]
     metrics = get("/metrics", "scraper-token")
     assert metrics.status_code == 200
     assert "controller_runtime_webhook_requests_total" in metrics.text
@@ -353,7 +357,8 @@ def test_in_process_server_without_auth_reloads_rotated_certificates(
         with httpx.Client(base_url=url, verify=client, timeout=10) as http:
             wait_for(lambda: http.get("/readyz").status_code == 200, timeout=30, what="ready")
             item = http.get("/preview/default/nginx-two-nodes").json()
-            assert [n["name"] for n in item["nodes"] if n["selected"]] == [
+            # Its selector picks these two; nginx-cluster owns TCP/80 there (§4.9).
+            assert [n["name"] for n in item["nodes"] if n["code"] == "PortInUse"] == [
                 "kind-worker",
                 "kind-worker2",
             ]

@@ -6,13 +6,16 @@ from __future__ import annotations
 import pytest
 
 from app.web.routes.preview import MAX_LIST_LIMIT
+from tests.controller.support import distinct_port
 from tests.core.admission.builders import service
 from tests.web.conftest import AppClient, FakeCache
 
 
 def add(cache: FakeCache, namespace: str, name: str) -> None:
+    """A managed Service with a port of its own (no port ownership conflict, §4.9)."""
     obj = service(name=name, cls="io.cilium/node")
     obj["metadata"]["namespace"] = namespace
+    obj["spec"]["ports"] = [{"port": distinct_port(namespace, name), "protocol": "TCP"}]
     cache.add_service(obj)
 
 

@@ -85,13 +85,31 @@ def test_help_shows_the_default_of_every_setting(command: str, config: type[Sett
     click_command = typer.main.get_command(cli).commands[command]  # type: ignore[attr-defined]
     flags = {p.name: p for p in click_command.params}
     settings = [name for name in config.model_fields if name in flags]
-    assert len(settings) >= (30 if command == "serve" else 7)
+    assert len(settings) >= (30 if command == "serve" else 10)
     missing = [name for name in settings if not flags[name].show_default]
     assert not missing, f"--help shows no default for {missing}"
     shown = CliRunner().invoke(cli, [command, "--help"], terminal_width=400).stdout
     assert "[default: (9443)]" in shown or command == "preview"
     assert "[default: (lbipam)]" in shown
     assert "[default: (false)]" in shown
+
+
+PREVIEW_WITHOUT = {"enable_node_ipam"}
+"""Selection settings ``preview`` has no flag for: Cilium's on/off switch (a preview shows
+what a running controller would do)."""
+
+
+def test_preview_has_a_flag_for_every_selection_setting() -> None:
+    # A selection setting added to SelectionConfig without a preview flag would make
+    # preview disagree with serve (it still reads NODE_IPAM_*, but cannot be told).
+    click_command = typer.main.get_command(cli).commands["preview"]  # type: ignore[attr-defined]
+    flags = {p.name for p in click_command.params}
+    assert set(SelectionConfig.model_fields) - PREVIEW_WITHOUT <= flags
+    serve = typer.main.get_command(cli).commands["serve"]  # type: ignore[attr-defined]
+    serve_help = {p.name: p.help for p in serve.params}
+    for name in set(SelectionConfig.model_fields) - PREVIEW_WITHOUT:
+        (param,) = [p for p in click_command.params if p.name == name]
+        assert param.help == serve_help[name], f"--{name}: preview and serve describe it apart"
 
 
 def test_help_shows_each_default_once() -> None:

@@ -37,7 +37,6 @@ from app.core import admission
 from app.core.dump import lone_surrogate, long_integer
 from app.core.options import SelectionSettings
 from app.core.selection_memo import NotMemoised
-from app.core.views import ServiceView
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
 from app.web.limits import BodyBudget, Overloaded
@@ -106,7 +105,8 @@ _OPENAPI = {
 
 @router.post("/validate", summary="Validating admission webhook", openapi_extra=_OPENAPI)
 async def validate(request: Request, state: State) -> JSONResponse:
-    """Deny a malformed node selector annotation; warn about risky but valid Services."""
+    """Deny a malformed node selector annotation or a port a managed Service may not publish
+    (reserved for the node, another Service's nodePort); warn about risky but valid Services."""
     return await _review(request, state, path="/validate")
 
 
@@ -281,7 +281,8 @@ async def _decide_off_loop_if_needed(
 def _skipped_warning(state: AppState) -> str:
     budget_ms = state.settings.cluster_check_seconds * 1000
     return (
-        f"cluster checks skipped (selector match, ready endpoints): not done in {budget_ms:.0f} ms"
+        "cluster checks skipped (selector match, ready endpoints, port conflicts):"
+        f" not done in {budget_ms:.0f} ms"
     )
 
 
@@ -345,33 +346,30 @@ def _run_job(job: _Job, *, path: str) -> Answer:
     raw, job.raw = job.raw, None
     if not job.heavy:
         return _answer(raw, job.state, path=path, memo_only=False, job=job)
-    # Decoding and the verdict in the worker process; the cluster-state warnings here,
-    # where the cache is.
+    # Decoding and the verdict in the worker process; the cluster checks here, where the
+    # cache is.
     state = job.state
-    review, decision, view = state.limits.pools.apart(
+    review, decision, subject = state.limits.pools.apart(
         decide_apart,
         raw,
         state.selection,
         path,
         timeout=max(0.0, job.deadline - time.perf_counter()),
     )
-    snapshot = _snapshot(review, state, memo_only=False) if view is not None else None
-    if view is not None and snapshot is not None and decision.allowed:
-        job.publish(review, decision)
-        warnings = admission.cluster_warnings(view, settings=state.selection, snapshot=snapshot)
-        decision = admission.with_warnings(decision, warnings)
+    if subject is not None:
+        decision = _cluster_checks(review, decision, subject, state, memo_only=False, job=job)
     return review, decision, JSONResponse(admission.review_response(review, decision))
 
 
 def decide_apart(
     raw: bytes, settings: SelectionSettings, path: str
-) -> tuple[admission.AdmissionRequest, admission.Decision, ServiceView | None]:
+) -> tuple[admission.AdmissionRequest, admission.Decision, admission.Subject | None]:
     """Decode ``raw`` and decide without cluster state (runs in the worker process).
 
     Returns the request without its ``object``/``oldObject`` (only the small parts travel
-    back), the decision (:func:`app.core.admission.validate` without a snapshot, or
-    :func:`~app.core.admission.mutate`) and, when the cluster-state warnings apply, the
-    Service's view (:func:`app.core.admission.verdict`).
+    back), the decision (:func:`app.core.admission.verdict`, or
+    :func:`~app.core.admission.mutate`) and, when the cluster checks apply, the
+    :class:`~app.core.admission.Subject` they read (the Service's view and ports).
 
     Raises:
         BodyError, ReviewError: as for a body decided in the server process.
@@ -380,9 +378,8 @@ def decide_apart(
     slim = dataclasses.replace(review, object=None, old_object=None)
     if path == "/mutate":
         return slim, admission.mutate(review, settings=settings), None
-    decision = admission.validate(review, settings=settings, snapshot=None)
-    view = admission.verdict(review, settings=settings)[1] if decision.allowed else None
-    return slim, decision, view
+    decision, subject = admission.verdict(review, settings=settings)
+    return slim, decision, subject
 
 
 def _answer(
@@ -457,16 +454,38 @@ def _decide(
         INLINE_SELECTOR_CHARS
     ):
         raise _TooLong("node selector too long to parse on the event loop")
-    decision = admission.validate(review, settings=settings, snapshot=None)
+    decision, subject = admission.verdict(review, settings=settings)
+    if subject is None:
+        return decision
+    return _cluster_checks(review, decision, subject, state, memo_only=memo_only, job=job)
+
+
+def _cluster_checks(
+    review: admission.AdmissionRequest,
+    decision: admission.Decision,
+    subject: admission.Subject,
+    state: AppState,
+    *,
+    memo_only: bool,
+    job: _Job | None,
+) -> admission.Decision:
+    """``decision`` after the checks that read the live cache, when it is synced: the
+    node-port rule (part of the verdict, published to ``job`` with it), then the
+    cluster-state warnings, which the route may skip for time (docs/design.md §7.1).
+
+    Raises:
+        NotMemoised: ``memo_only`` and a warning needs a ``select`` or too much work.
+    """
     snapshot = _snapshot(review, state, memo_only=memo_only)
     if snapshot is None or not decision.allowed:
         return decision
-    _, view = admission.verdict(review, settings=settings)
-    if view is None:
+    settings = state.selection
+    decision = admission.cluster_verdict(decision, subject, settings=settings, snapshot=snapshot)
+    if not decision.allowed:
         return decision
     if job is not None:
         job.publish(review, decision)
-    warnings = admission.cluster_warnings(view, settings=settings, snapshot=snapshot)
+    warnings = admission.cluster_warnings(subject, settings=settings, snapshot=snapshot)
     return admission.with_warnings(decision, warnings)
 
 
@@ -485,4 +504,6 @@ def _snapshot(
         now=state.clock(),
         memo=state.admission_memo,
         memo_only=memo_only,
+        ports=cache,
+        endpoint_slices_of=cache.endpoint_slices,
     )

@@ -18,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from app.config import ADMISSION_BODY_LIMIT, Settings
 from app.core.nodeindex import NodeIndex
 from app.core.options import SelectionSettings
+from app.core.ports import PortLookup
 from app.core.selection_memo import SelectionMemo
 from app.core.views import EndpointSliceView, NodeView, ServiceView
 from app.web.auth import AccessError, Authorizer, NoReviewSlot
@@ -35,8 +36,9 @@ while reviews are out gets in when one ends; a flood of new tokens gets at most 
 per connection per wait (docs/design.md §7.1). Well under Prometheus' 10 s scrape timeout."""
 
 
-class CacheLike(Protocol):
-    """What the routers read from :class:`app.controller.cache.ClusterCache`."""
+class CacheLike(PortLookup, Protocol):
+    """What the routers read from :class:`app.controller.cache.ClusterCache`, its port
+    index included (:class:`app.core.ports.PortLookup`, for the admission port checks)."""
 
     @property
     def synced(self) -> bool: ...

@@ -20,7 +20,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.dump import DumpError, parse_documents
-from app.core.nodeipam import select
+from app.core.nodeipam import Selection, candidate_ips, owned, select
 from app.core.views import ServiceView, ViewError, service_view
 from app.web.routes.deps import (
     AppState,
@@ -291,12 +291,27 @@ def _synced_cache(state: AppState) -> CacheLike:
 
 
 def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewItem:
-    selection = select(
-        service=service,
-        nodes=cache.nodes(),
-        endpoint_slices=cache.endpoint_slices(service.namespace, service.name),
+    """``select`` for ``service`` on the cache, then port ownership against the cache's
+    port index (docs/design.md §4.9), as the reconciler decides it."""
+    index = cache.node_index()
+    now = state.clock()
+
+    def selection_of(svc: ServiceView) -> Selection:
+        return select(
+            service=svc,
+            nodes=index,
+            endpoint_slices=cache.endpoint_slices(svc.namespace, svc.name),
+            settings=state.selection,
+            now=now,
+        )
+
+    selection = owned(
+        selection_of(service),
+        service,
+        ports=cache,
+        candidates_of=lambda other: candidate_ips(selection_of(other), other),
+        node_of=index.node_of,
         settings=state.selection,
-        now=state.clock(),
     )
     return PreviewItem.model_validate(selection.to_dict())
 

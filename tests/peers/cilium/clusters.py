@@ -205,10 +205,10 @@ _FAMILIES = {
 
 
 def _service(
-    rng: random.Random, name: str, namespace: str, node_names: list[str]
+    rng: random.Random, name: str, namespace: str, node_names: list[str], port: int
 ) -> dict[str, Any]:
     kind = rng.choices(("LoadBalancer", "ClusterIP", "NodePort"), (8, 1, 1))[0]
-    spec: dict[str, Any] = {"type": kind, "ports": [{"port": 80, "protocol": "TCP"}]}
+    spec: dict[str, Any] = {"type": kind, "ports": [{"port": port, "protocol": "TCP"}]}
     if kind == "LoadBalancer":
         klass = rng.choices((None, CLASS, OTHER_CLASS), (35, 50, 15))[0]
         if klass is not None:
@@ -288,7 +288,12 @@ def generate(
         if node["metadata"]["name"] in deleting:
             node["metadata"]["finalizers"] = [HOLD]
     names = [f"s{i}" for i in range(rng.randint(*services))]
-    service_objects = [_service(rng, name, namespace, node_names) for name in names]
+    # One port per Service (20000 + its index: below the NodePort range, no reserved port),
+    # so no two Services conflict under port ownership (docs/design.md §4.9), which Cilium
+    # does not have: the comparison stays on the selection rules.
+    service_objects = [
+        _service(rng, name, namespace, node_names, 20000 + i) for i, name in enumerate(names)
+    ]
     slices = []
     for name in names:
         others = [n for n in names if n != name]
