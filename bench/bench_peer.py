@@ -125,7 +125,12 @@ from bench.procs import (
 from bench.profile import PySpy, summary
 from bench.realapi import SEED_PARALLEL, IngressWatch, RealApi, start_realapi
 from tests.fakeapi.patch import merge_patch
-from tests.peers.cilium.differential import IDENTICAL, cilium_manages, classify
+from tests.peers.cilium.differential import (
+    IDENTICAL,
+    cilium_ips_our_way,
+    cilium_manages,
+    classify,
+)
 from tests.peers.cilium.peer import CiliumNodeIpam, PeerError
 
 Obj = dict[str, Any]
@@ -617,11 +622,19 @@ def judge_cilium(
     ``ipMode: VIP`` (the API server's default; Cilium writes none), else ``None``."""
     if any(entry.get("ipMode") != "VIP" for entry in stored):
         return None
-    return classify(
-        [entry.get("ip", "") for entry in stored],
-        [entry["ip"] for entry in expected],
-        families,
-    )
+    ips = [entry.get("ip", "") for entry in stored]
+    wanted = [entry["ip"] for entry in expected]
+    rule = classify(ips, wanted, families)
+    if rule is None:
+        # Port ownership (docs/design.md §4.9), which Cilium does not have: ours keeps a
+        # strict subset of the addresses Cilium publishes (--conflicting twins: none).
+        try:
+            theirs = set(cilium_ips_our_way(ips, families))
+        except ValueError:
+            return None
+        if set(wanted) < theirs:
+            return "port-ownership"
+    return rule
 
 
 @dataclass
@@ -1242,6 +1255,7 @@ class Options:
 
     sizes: list[int] = field(default_factory=lambda: [1000, 5000])
     unmanaged_fraction: float = 0.1
+    conflicting: int = 0
     steady_seconds: float = 300.0
     churn: int = 20
     cap: float = 900.0
@@ -1568,11 +1582,14 @@ def run_size(
         RuntimeError: seeding or clearing the statuses failed, or serve exited.
     """
     unmanaged = round(nodes * options.unmanaged_fraction)
-    scale = Scale(nodes=nodes, managed=2 * nodes, unmanaged=unmanaged)
+    scale = Scale(
+        nodes=nodes, managed=2 * nodes, unmanaged=unmanaged, conflicting=options.conflicting
+    )
     cluster = make_cluster(scale)
     log(
         f"size {nodes} Nodes: {scale.managed} managed Services"
-        f" ({len(cluster.endpoint_slices)} Local with an EndpointSlice), {unmanaged} unmanaged"
+        f" ({len(cluster.endpoint_slices)} Local with an EndpointSlice), {unmanaged} unmanaged,"
+        f" {scale.conflicting} conflicting (a twin's ports: pending by port ownership)"
     )
     lines: list[str] = []
     api = start_realapi(objects=cluster.objects(), say=lines.append)
@@ -2008,6 +2025,12 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default="1000,5000", help="Node counts, comma-separated")
     parser.add_argument("--unmanaged-fraction", type=float, default=0.1, help="unmanaged per Node")
+    parser.add_argument(
+        "--conflicting",
+        type=int,
+        default=0,
+        help="extra managed Services sharing a twin's ports (docs/design.md §4.9)",
+    )
     parser.add_argument("--steady-seconds", type=float, default=300.0)
     parser.add_argument("--churn", type=int, default=20, help="changes of each kind")
     parser.add_argument("--cap", type=float, default=900.0, help="convergence cap per phase (s)")
@@ -2027,6 +2050,7 @@ def parse_args(argv: Sequence[str]) -> Options:
     return Options(
         sizes=[int(n) for n in args.sizes.split(",") if n.strip()],
         unmanaged_fraction=args.unmanaged_fraction,
+        conflicting=args.conflicting,
         steady_seconds=args.steady_seconds,
         churn=args.churn,
         cap=args.cap,

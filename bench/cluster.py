@@ -26,11 +26,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import is_managed, select
 from app.core.options import LOAD_BALANCER_CLASS, MATCH_NODE_LABELS_ANNOTATION, SelectionSettings
+from app.core.ports import PortIndex, decide
 from app.core.views import (
     EXCLUDE_FROM_LB_LABEL,
     EndpointSliceView,
+    ServiceView,
     endpoint_slice_view,
     node_view,
     service_view,
@@ -50,6 +53,11 @@ class Scale:
     nodes: int = 5000
     managed: int = 10000
     unmanaged: int = 1000
+    conflicting: int = 0
+    """Extra managed Services ``svc-<k>-dup`` (the first non-Local k) with the ports, selector
+    and policy of ``svc-<k>``: each loses every address to ``svc-<k>`` (port ownership,
+    docs/design.md §4.9: equal or later creationTimestamp, then the name) and stays
+    pending with code PortInUse."""
 
     @property
     def pools(self) -> int:
@@ -151,6 +159,17 @@ def node_conditions(heartbeat: str) -> list[Obj]:
     ]
 
 
+def service_ports(k: int) -> list[Obj]:
+    """The two ports of managed Service ``k``: ``40000 + 2 * (k % 12000)`` and the next
+    one (above the NodePort range, no reserved port; distinct for 12,000 Services), so
+    Services do not share a port unless the benchmark says so (:attr:`Scale.conflicting`)."""
+    base = 40000 + 2 * (k % 12000)
+    return [
+        {"name": "http", "port": base, "protocol": "TCP", "targetPort": 8080},
+        {"name": "https", "port": base + 1, "protocol": "TCP", "targetPort": 8443},
+    ]
+
+
 def _service(
     *, namespace: str, name: str, spec: Obj, annotations: Mapping[str, str] | None = None
 ) -> Obj:
@@ -204,7 +223,11 @@ def local_endpoint_nodes(k: int, scale: Scale) -> list[int]:
 def make_managed_service(k: int, scale: Scale) -> Obj:
     """Managed Service ``k`` (module docstring)."""
     dual = k % 3 == 0
-    spec: Obj = {"type": "LoadBalancer", "loadBalancerClass": LOAD_BALANCER_CLASS}
+    spec: Obj = {
+        "type": "LoadBalancer",
+        "loadBalancerClass": LOAD_BALANCER_CLASS,
+        "ports": service_ports(k),
+    }
     spec.update(_cluster_ips(k, dual))
     annotations: dict[str, str] = {}
     if k % 10 == 0:
@@ -222,6 +245,15 @@ def make_managed_service(k: int, scale: Scale) -> Obj:
     return _service(
         namespace=namespace_of(k), name=f"svc-{k:05d}", spec=spec, annotations=annotations
     )
+
+
+def make_conflicting_service(k: int, scale: Scale) -> Obj:
+    """``svc-<k>-dup``: managed Service ``k``'s twin (same namespace, ports, selector and
+    policy), which port ownership leaves without an address (:attr:`Scale.conflicting`)."""
+    obj = make_managed_service(k, scale)
+    obj["metadata"]["name"] = f"svc-{k:05d}-dup"
+    obj["metadata"]["labels"]["app.kubernetes.io/name"] = f"svc-{k:05d}-dup"
+    return obj
 
 
 def make_unmanaged_service(k: int) -> Obj:
@@ -287,6 +319,8 @@ class Cluster:
 def make_cluster(scale: Scale) -> Cluster:
     """The whole synthetic cluster at ``scale``."""
     services = [make_managed_service(k, scale) for k in range(scale.managed)]
+    twins = [k for k in range(scale.managed) if k % 10][: scale.conflicting]  # not Local
+    services += [make_conflicting_service(k, scale) for k in twins]
     services += [make_unmanaged_service(k) for k in range(scale.unmanaged)]
     return Cluster(
         nodes=[make_node(i, scale) for i in range(scale.nodes)],
@@ -305,23 +339,25 @@ def expected_ingress(
     cluster: Cluster, *, settings: SelectionSettings | None = None
 ) -> dict[str, list[dict[str, str]]]:
     """``namespace/name`` → the ingress list the controller must write, for every managed
-    Service (computed with the product's :func:`app.core.nodeipam.select`)."""
+    Service: the product's :func:`app.core.nodeipam.select`, then its port ownership
+    (:func:`app.core.ports.decide`, docs/design.md §4.9) over every Service of the
+    cluster (one implementation of each)."""
     settings = settings or SelectionSettings()
-    nodes = [node_view(n) for n in cluster.nodes]
+    nodes = NodeIndex([node_view(n) for n in cluster.nodes])
     slices: dict[str, list[EndpointSliceView]] = {}
     for raw in cluster.endpoint_slices:
         view = endpoint_slice_view(raw)
         slices.setdefault(f"{view.namespace}/{view.service_name}", []).append(view)
     now = time.time()
-    result = {}
+    views = {service_key(raw): service_view(raw) for raw in cluster.services}
+    ports = PortIndex(lambda view: is_managed(view, settings)[0])
+    for key, view in views.items():
+        ports.put_service(key, None, view)
     # Services that differ only by name and have no EndpointSlice input get the same
     # ingress: compute it once per shape (the benchmark data repeats selectors a lot).
     memo: dict[tuple[Any, ...], list[dict[str, str]]] = {}
-    for raw in cluster.services:
-        service = service_view(raw)
-        if not is_managed(service, settings)[0]:
-            continue
-        key = service_key(raw)
+
+    def candidates(key: str, service: ServiceView) -> list[dict[str, str]]:
         shape = (
             service.match_node_labels,
             service.external_traffic_policy,
@@ -337,7 +373,24 @@ def expected_ingress(
                 now=now,
             )
             memo[shape] = [dict(entry) for entry in selection.ingress or ()]
-        result[key] = memo[shape]
+        return memo[shape]
+
+    result = {}
+    for key, service in views.items():
+        if not is_managed(service, settings)[0]:
+            continue
+        ingress = candidates(key, service)
+        ownership = decide(
+            service,
+            [e["ip"] for e in ingress],
+            ports=ports,
+            candidates_of=lambda other: [
+                e["ip"] for e in candidates(f"{other.namespace}/{other.name}", other)
+            ],
+            node_of=nodes.node_of,
+            policy=settings.ports,
+        )
+        result[key] = [e for e in ingress if e["ip"] not in ownership.lost]
     return result
 
 

@@ -3,7 +3,7 @@
 docs/design.md §4.9. kube-proxy captures ``address:port`` for every ``ipMode: VIP`` entry of
 a load-balancer ingress, on every node and from every client, Pods and the node itself
 included (kube-proxy v1.35.4 ``pkg/proxy/iptables/proxier.go``, ``nftables/proxier.go``;
-../docs/reference/node-addresses-in-the-datapath.md). A node address we publish for a
+docs/reference/node-addresses-in-the-datapath.md). A node address we publish for a
 Service therefore takes that port of the node from everyone else. This module decides,
 from API state alone, which of a Service's candidate addresses (what
 :func:`app.core.nodeipam.select` gives) it may keep. Two tiers:
