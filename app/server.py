@@ -188,6 +188,7 @@ def build(
         authorizer=authorizer,
         background=[certs] if certs is not None else [],
         start_worker=True,
+        kube_proxy_hazard=controller.kube_proxy_hazard,
     )
     config = uvicorn.Config(
         app,

@@ -27,6 +27,7 @@ from app.controller.leader import LeaderElector
 from app.controller.reconciler import Reconciler
 from app.controller.triggers import services_for_endpoint_slice_changes, services_for_node_change
 from app.controller.workqueue import WorkQueue
+from app.core.kubeproxy import CONFIG_MAP, ipvs_hazard, proxy_mode
 from app.core.nodeipam import is_managed
 from app.core.ports import held_ports, pod_ports
 from app.core.views import (
@@ -104,6 +105,8 @@ class Controller:
         self._workers: list[threading.Thread] = []
         self._leadership_listeners: list[Callable[[], None]] = []
         self._started = False
+        self._kube_proxy_hazard: str | None = None
+        self._kube_proxy_thread: threading.Thread | None = None
         # Status writes before Events (docs/design.md §5): the sender holds Events while
         # keys wait in the work queue, each at most events.DEFER_MAX_SECONDS.
         self.recorder = EventRecorder(
@@ -131,6 +134,7 @@ class Controller:
             wall_clock=wall_clock,
             always_write=settings.cilium_compat_fanout,  # benchmark only (bench/README.md)
             states=metrics.ServiceStates(lambda: self._writes and self.is_leader()),
+            kube_proxy_hazard=self.kube_proxy_hazard,
         )
         metrics.SERVICE_STATE_COLLECTOR.add(self.reconciler.states)
         annotation = self._selection.match_node_labels_annotation
@@ -166,6 +170,12 @@ class Controller:
             leader_elect=self.settings.leader_elect,
             workers=self.settings.workers,
         )
+        # kube-proxy's mode (docs/design.md §4.10): one read on its own thread, so a slow
+        # or refused request never delays the informers or start().
+        self._kube_proxy_thread = threading.Thread(
+            target=self._detect_kube_proxy, name="kube-proxy-mode", daemon=True
+        )
+        self._kube_proxy_thread.start()
         for informer in self.informers:
             informer.start()
         self.recorder.start()
@@ -195,6 +205,8 @@ class Controller:
             self.elector.stop(max(deadline - time.monotonic(), 0.1), release=release)
         for informer in self.informers:
             informer.join(max(deadline - time.monotonic(), 0.0))
+        if self._kube_proxy_thread is not None:  # one request, bounded by its timeout
+            self._kube_proxy_thread.join(max(deadline - time.monotonic(), 0.0))
         if self._own_api is not None:  # its kept-alive write connections (idle by now)
             self._own_api.close()
         log_event(LOG, "controller stopped", identity=self.identity)
@@ -245,6 +257,56 @@ class Controller:
         if self._stopping.is_set():
             return False
         return self.elector is None or self.elector.is_leader()
+
+    def kube_proxy_hazard(self) -> str | None:
+        """The warning of :func:`app.core.kubeproxy.ipvs_hazard` when kube-proxy runs in
+        ``ipvs`` mode and ``ip_mode`` is ``VIP`` (docs/design.md §4.10), else ``None``
+        (also while the mode is being read, and when it is unknown). The reconciler's
+        ``KubeProxyIPVS`` Event and the preview API's warning read it."""
+        return self._kube_proxy_hazard
+
+    def _detect_kube_proxy(self) -> None:
+        """Read kube-proxy's mode from kubeadm's ConfigMap once (docs/design.md §4.10): one
+        INFO line with the mode or why it is unknown (no ConfigMap: not kubeadm; 403: no
+        permission; another error); with the ipvs hazard one ERROR line with its text,
+        the gauge ``node_ipam_lb_kube_proxy_ipvs_hazard`` at 1 (else 0), and every managed
+        Service reconciled again so each gets its Event. Never raises."""
+        namespace, name = CONFIG_MAP
+        where = f"ConfigMap {namespace}/{name}"
+        why: str | None = None
+        mode: str | None = None
+        try:
+            obj = self._api.read_config_map(namespace=namespace, name=name)
+        except ApiError as err:
+            obj = None
+            if err.status == 403:
+                why = f"no permission to read {where} (RBAC: {err.reason})"
+            else:
+                why = f"reading {where} failed: {err}"
+        except Exception as err:  # this thread must end quietly whatever happens
+            obj = None
+            why = f"reading {where} failed: {type(err).__name__}: {err}"
+        if why is None and obj is None:
+            why = f"no {where}: not a kubeadm cluster (k3s, RKE2 and managed ones use flags)"
+        elif why is None:
+            mode = proxy_mode(obj)
+            if mode is None:
+                why = f"{where} holds no KubeProxyConfiguration with a known mode in config.conf"
+        if mode is None:
+            log_event(LOG, "kube-proxy mode unknown", reason=why)
+        else:
+            log_event(LOG, "kube-proxy mode", mode=mode, source=where)
+        hazard = ipvs_hazard(mode, self.settings.ip_mode)
+        metrics.KUBE_PROXY_IPVS_HAZARD.set(0 if hazard is None else 1)
+        if hazard is None:
+            return
+        log_event(LOG, hazard, level=logging.ERROR, mode=mode, ip_mode=self.settings.ip_mode)
+        self._kube_proxy_hazard = hazard
+        # Services reconciled before the read came back get their Event now (a Service
+        # reconciled later reads the hazard itself; the first sync enqueues every one).
+        with self._lock:
+            keys = list(self._managed) if self._enqueued_after_sync else []
+        self._enqueue(keys)
 
     def _keys_waiting(self) -> bool:
         """True while keys wait in the work queue (the Event sender's ``defer``)."""

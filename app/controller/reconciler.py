@@ -78,6 +78,9 @@ EXTERNAL_IP_SLOT = "external-ip"
 PORT_SLOT = "port-in-use"
 """Recorder slot of the ``PortInUse`` Warning of a Service that keeps some addresses
 (docs/design.md §4.9); one that keeps none says it in the status outcome's slot."""
+KUBE_PROXY_SLOT = "kube-proxy-ipvs"
+"""Recorder slot of the ``KubeProxyIPVS`` Warning of a Service that gets addresses while
+kube-proxy runs in ipvs mode and ``ip_mode`` is VIP (docs/design.md §4.10)."""
 
 
 def name_list(names: Sequence[str], shown: int = NAMES_SHOWN) -> str:
@@ -319,6 +322,10 @@ OLDER_VERSIONS_KEPT = 16
 echoes have not arrived is a few long even after an outage; beyond, a spare write)."""
 
 
+def _no_hazard() -> str | None:
+    return None
+
+
 @dataclass
 class _Written:
     """Our last status write of one Service, for :meth:`Reconciler._stored`.
@@ -362,7 +369,10 @@ class Reconciler:
         wall_clock: Callable[[], float] = time.time,
         always_write: bool = False,
         states: metrics.ServiceStates | None = None,
+        kube_proxy_hazard: Callable[[], str | None] = _no_hazard,
     ) -> None:
+        # kube_proxy_hazard: the ipvs warning while it holds (docs/design.md §4.10), else
+        # None; every Service that gets addresses carries it as a KubeProxyIPVS Event.
         # always_write: benchmark only (bench/README.md), Cilium's status write on every
         # reconcile, own-write echoes reconciled again; never set in production.
         self._always_write = always_write
@@ -371,6 +381,7 @@ class Reconciler:
         self._recorder = recorder
         self._settings = settings
         self._is_leader = is_leader
+        self._kube_proxy_hazard = kube_proxy_hazard
         self._wall = wall_clock
         self._lock = threading.Lock()
         self._written: dict[str, _Written] = {}
@@ -605,6 +616,17 @@ class Reconciler:
                 slot=EXTERNAL_IP_SLOT,
                 uid=uid,
             )
+        hazard = self._kube_proxy_hazard() if outcome.ingress else None
+        if hazard is None:
+            self._recorder.clear(namespace, name, KUBE_PROXY_SLOT)
+        else:
+            self._recorder.emit(
+                namespace=namespace,
+                name=name,
+                event=ServiceEvent(WARNING, "KubeProxyIPVS", "SelectNodes", hazard),
+                slot=KUBE_PROXY_SLOT,
+                uid=uid,
+            )
 
     def _invalid_selector(
         self, key: str, namespace: str, name: str, outcome: Outcome, service: ServiceView
@@ -618,6 +640,7 @@ class Reconciler:
             log_event(LOG, "invalid node selector", level=logging.WARNING, service=key, error=error)
         self._recorder.clear(namespace, name, EXTERNAL_IP_SLOT)
         self._recorder.clear(namespace, name, PORT_SLOT)
+        self._recorder.clear(namespace, name, KUBE_PROXY_SLOT)
         self._recorder.emit(
             namespace=namespace,
             name=name,

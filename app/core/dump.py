@@ -2,7 +2,10 @@
 
 Accepted: a ``v1`` ``List`` (or ``NodeList``-style typed list), multi-document YAML, JSON,
 single objects, any mix across several files; ``-`` is standard input. Objects of other
-kinds or API groups (a Knative ``serving.knative.dev/v1`` Service) are skipped.
+kinds or API groups (a Knative ``serving.knative.dev/v1`` Service) are skipped, except
+kubeadm's ConfigMap ``kube-system/kube-proxy`` (kube-proxy's mode, docs/design.md §4.10),
+which is kept as it is (nothing of it is read until
+:func:`app.core.kubeproxy.proxy_mode` reads its mode, never raising).
 
 What counts as **unusable input** (:class:`DumpError`, exit code 2 in
 ``node-ipam-lb preview``): a file that cannot be read, text that is neither YAML nor JSON,
@@ -26,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from app.core.kubeproxy import CONFIG_MAP
 from app.core.options import MATCH_NODE_LABELS_ANNOTATION
 from app.core.views import (
     EndpointSliceView,
@@ -102,6 +106,9 @@ class Dump:
     skipped: dict[str, int] = field(default_factory=dict)
     empty: list[str] = field(default_factory=list)
     """Files (``<stdin>`` for ``-``) that held no Kubernetes object at all."""
+    kube_proxy: dict[str, Any] | None = None
+    """kubeadm's ConfigMap ``kube-system/kube-proxy`` when the input holds it (the last
+    one read), else ``None`` (docs/design.md §4.10)."""
 
     def where(self, obj: Mapping[str, Any]) -> str:
         """Where ``obj`` was read, e.g. ``cluster.yaml: items[3] (Node kind-worker)``."""
@@ -272,6 +279,15 @@ def _describe(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']} {shown}"
 
 
+def is_kube_proxy_config_map(obj: Mapping[str, Any]) -> bool:
+    """True when ``obj`` (a ``ConfigMap``) is kubeadm's ``kube-system/kube-proxy`` in
+    ``v1`` (or without an ``apiVersion``, as the kinds of :data:`_KINDS`)."""
+    meta = obj.get("metadata")
+    if obj.get("apiVersion", "v1") != "v1" or not isinstance(meta, Mapping):
+        return False
+    return (meta.get("namespace"), meta.get("name")) == CONFIG_MAP
+
+
 def load_dump(paths: Sequence[str]) -> Dump:
     """Read every file of ``paths`` (``"-"`` = standard input) into a :class:`Dump`.
 
@@ -293,6 +309,10 @@ def load_dump(paths: Sequence[str]) -> Dump:
                 if read > MAX_OBJECTS:
                     raise DumpError(f"{origin}: Too many: more than {MAX_OBJECTS} objects")
                 kind = obj["kind"]
+                if kind == "ConfigMap" and is_kube_proxy_config_map(obj):
+                    dump.kube_proxy = obj
+                    dump.origins[id(obj)] = f"{origin} ({_describe(obj)})"
+                    continue
                 attr, versions = _KINDS.get(kind, ("", ()))
                 if not attr or obj.get("apiVersion", versions[0]) not in versions:
                     # e.g. a Pod, or a Knative serving.knative.dev/v1 Service

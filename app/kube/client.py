@@ -155,6 +155,11 @@ class KubeAPI(Protocol):
         """PUT a Lease; 409 when ``body.metadata.resourceVersion`` is stale."""
         ...
 
+    def read_config_map(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET a ConfigMap; ``None`` when it does not exist (kube-proxy's mode,
+        docs/design.md §4.10: ``kube-system/kube-proxy`` only)."""
+        ...
+
 
 class CertificateAPI(Protocol):
     """The calls of self-managed webhook certificates (:mod:`app.web.certsync`).
@@ -350,6 +355,10 @@ class KubernetesAPI:
     def replace_lease(self, *, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """See :meth:`KubeAPI.replace_lease`."""
         return self._json("PUT", _lease_path(namespace, name), body=body)
+
+    def read_config_map(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        """See :meth:`KubeAPI.read_config_map`."""
+        return self._json_or_none("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
 
     def read_secret(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         """See :meth:`CertificateAPI.read_secret`."""

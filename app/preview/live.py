@@ -5,14 +5,18 @@ finds its cluster (:func:`app.kube.client.connect`), and are then projected
 and selected by the same code as a dump (:func:`app.core.dump.project`,
 :func:`app.core.nodeipam.select`). Only what the :class:`~app.preview.run.Scope` needs is
 read: every Node (selection reads them all), and the Services and EndpointSlices of the
-namespace (all namespaces with ``-A``), or of each named Service.
+namespace (all namespaces with ``-A``), or of each named Service; and kubeadm's ConfigMap
+``kube-system/kube-proxy`` when it can be read (kube-proxy's mode, docs/design.md §4.10:
+a 403 or any other failure of that one read leaves the mode unknown, never the preview).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from app.core.dump import Dump, DumpError
+from app.core.kubeproxy import CONFIG_MAP
 from app.kube.client import (
     ApiError,
     ConnectError,
@@ -73,6 +77,7 @@ class LiveCluster:
                 )
         except ApiError as err:
             raise DumpError(f"{self._host}: {err}") from err
+        dump.kube_proxy = self._kube_proxy()
         for kind, objects in (
             ("Node", dump.nodes),
             ("Service", dump.services),
@@ -83,3 +88,13 @@ class LiveCluster:
                 shown = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p)
                 dump.origins[id(obj)] = f"{self._host} ({kind} {shown})"
         return dump
+
+    def _kube_proxy(self) -> dict[str, Any] | None:
+        """kubeadm's ConfigMap ``kube-system/kube-proxy``, or ``None``: absent (not a
+        kubeadm cluster), not readable (RBAC: 403) or not read (any other error): a
+        warning's input, not worth failing the preview for."""
+        namespace, name = CONFIG_MAP
+        try:
+            return self._api.read_config_map(namespace=namespace, name=name)
+        except ApiError:
+            return None

@@ -12,10 +12,12 @@ REASON), ``wide`` (adds CURRENT, the stored ``status.loadBalancer.ingress``, CHA
 verdict summary), ``json`` and ``yaml`` (``{"items": [Selection.to_dict(), ...]}``,
 streamed item by item by :mod:`app.preview.output`). Warnings go to stderr as
 ``Warning: ...`` lines like kubectl's, each distinct text once (a bad Node address is one
-line, naming how many Services it touches). With no Service to show, the table form
-prints nothing on stdout and ``No resources found[ in NS namespace].`` on stderr, exit
-0, as kubectl does; a file without any object also gets a ``Warning: FILE: no Kubernetes
-objects`` line. Long values in table cells are cut in the middle
+line, naming how many Services it touches); with kube-proxy in ipvs mode and ipMode VIP
+(kubeadm's ConfigMap ``kube-system/kube-proxy``, read live or held by a dump;
+docs/design.md §4.10) one more line says what breaks. With no Service to show, the
+table form prints nothing on stdout and ``No resources found[ in NS namespace].`` on
+stderr, exit 0, as kubectl does; a file without any object also gets a ``Warning: FILE:
+no Kubernetes objects`` line. Long values in table cells are cut in the middle
 (:func:`app.core.text.elide`).
 
 Exit codes: 0 every Service previewed; 1 previewed, but at least one Service has an
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from app.core.dump import Dump, DumpError, DumpViews, load_dump, project
+from app.core.kubeproxy import ipvs_hazard, proxy_mode
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import LOCAL, Selection, candidate_ips, is_managed, owned, select
 from app.core.options import SelectionSettings
@@ -303,6 +306,9 @@ def run_preview(
             print(line, file=stderr)
     for line in views.duplicates:
         print(f"Warning: {line}", file=stderr)
+    hazard = ipvs_hazard(proxy_mode(dump.kube_proxy), selection_settings.ip_mode)
+    if hazard is not None:  # kube-proxy in ipvs mode with ipMode VIP (docs/design.md §4.10)
+        print(f"Warning: {hazard}", file=stderr)
     missing = [
         (ns or scope.namespace, name)
         for ns, name in scope.names

@@ -103,6 +103,13 @@ MANAGED_SERVICES = Gauge(
     "Number of Services in the cache this controller manages (docs/design.md §3).",
     registry=REGISTRY,
 )
+KUBE_PROXY_IPVS_HAZARD = Gauge(
+    "node_ipam_lb_kube_proxy_ipvs_hazard",
+    "1 when kube-proxy runs in ipvs mode (ConfigMap kube-system/kube-proxy) and ip-mode is"
+    " VIP: every node binds the addresses published for the others, so nodes cannot reach"
+    " each other on them (docs/design.md §4.10); else 0 (also when the mode is unknown).",
+    registry=REGISTRY,
+)
 STATUS_WRITES = Counter(
     "node_ipam_lb_status_writes",
     "PATCH requests on services/status, by result (success, conflict, error, not_found).",

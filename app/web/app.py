@@ -25,6 +25,7 @@ from app.web.routes.deps import (
     ControllerLike,
     Protected,
     RequestLimits,
+    no_hazard,
 )
 
 log = logging.getLogger("node_ipam_lb.main")
@@ -39,6 +40,7 @@ def create_app(
     clock: Callable[[], float] = time.time,
     background: Sequence[BackgroundLike] = (),
     start_worker: bool = False,
+    kube_proxy_hazard: Callable[[], str | None] = no_hazard,
 ) -> FastAPI:
     """Build the app.
 
@@ -57,6 +59,9 @@ def create_app(
             ``/healthz`` and stopped on shutdown.
         start_worker: start the review worker process with the app (``serve``), not on
             the first large review (:class:`app.web.limits.ReviewPools`).
+        kube_proxy_hazard: the controller's kube-proxy ipvs warning while it holds, else
+            ``None`` (docs/design.md §4.10); preview adds it to the Services that get
+            addresses.
 
     Raises:
         ValueError: the settings do not make valid :class:`SelectionSettings`, or
@@ -74,6 +79,7 @@ def create_app(
         clock=clock,
         background=tuple(background),
         limits=RequestLimits(budget=BodyBudget(settings.inflight_body_bytes)),
+        kube_proxy_hazard=kube_proxy_hazard,
     )
 
     @asynccontextmanager

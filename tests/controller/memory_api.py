@@ -131,6 +131,8 @@ class MemoryAPI:
         self.history: list[tuple[int, str, dict[str, Any], dict[str, Any] | None]] = []
         """``(resourceVersion, kind, watch event, the object before it or None)``."""
         self.leases: dict[str, dict[str, Any]] = {}
+        self.config_maps: dict[str, dict[str, Any]] = {}
+        """ConfigMaps by ``namespace/name`` (read only: kube-proxy's, docs/design.md §4.10)."""
         self.events: list[dict[str, Any]] = []
         self.calls: Counter[str] = Counter()
         self.faults: dict[str, list[int]] = {}
@@ -266,6 +268,11 @@ class MemoryAPI:
         self._call("get leases")
         with self.cond:
             return copy.deepcopy(self.leases.get(f"{namespace}/{name}"))
+
+    def read_config_map(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        self._call("get configmaps")
+        with self.cond:
+            return copy.deepcopy(self.config_maps.get(f"{namespace}/{name}"))
 
     def create_lease(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         self._call("create leases")

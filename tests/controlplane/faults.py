@@ -48,6 +48,7 @@ from app.core.dump import Dump, project
 from app.core.views import node_view
 from app.kube.client import ApiError, Kind, KubernetesAPI
 from app.preview.run import preview_dump, would_change
+from tests.controller.support import distinct_port
 from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
 from tests.controlplane.serving import (
     CLASS,
@@ -141,7 +142,8 @@ class World:
         spec: dict[str, Any] = {
             "type": "LoadBalancer",
             "loadBalancerClass": lb_class,
-            "ports": [{"port": 80}],
+            # A port of its own: the real API server is shared by every module (§4.9).
+            "ports": [{"port": distinct_port(self.namespace, name)}],
         }
         if local:
             spec["externalTrafficPolicy"] = "Local"

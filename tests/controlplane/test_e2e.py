@@ -112,7 +112,9 @@ def _expected() -> dict[tuple[str, str], list[str] | None]:
         key, _, value = line.partition(":")
         namespace, _, name = key.strip().partition("/")
         value = value.strip()
-        wanted[(namespace, name)] = None if value == "untouched" else value.split(",")
+        wanted[(namespace, name)] = (
+            None if value == "untouched" else [ip for ip in value.split(",") if ip]
+        )
     return wanted
 
 
@@ -210,7 +212,7 @@ def _converged(world: World, wanted: dict[tuple[str, str], list[str] | None]) ->
         if ips is None:
             if got:
                 return False
-        elif got != ips:
+        elif (got or []) != ips:  # a Service that gets no address keeps no ingress
             return False
     return True
 

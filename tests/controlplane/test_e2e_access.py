@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.controller.support import distinct_port
 from tests.controlplane.plane import ControlPlane
 from tests.controlplane.serving import (
     CLASS,
@@ -98,7 +99,12 @@ def server(
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": "web", "namespace": namespace},
-        "spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS, "ports": [{"port": 80}]},
+        # A port of its own: the real API server is shared by every module (§4.9).
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": CLASS,
+            "ports": [{"port": distinct_port(namespace, "web")}],
+        },
     }
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(service))
     workdir = tmp_path_factory.mktemp("access")

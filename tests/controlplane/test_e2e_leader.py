@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.controller.support import distinct_port
 from tests.controlplane.plane import ControlPlane
 from tests.controlplane.serving import (
     CLASS,
@@ -135,7 +136,12 @@ def pair(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) 
             "namespace": namespace,
             "annotations": {MATCH: f"e2e-run={run}"},
         },
-        "spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS, "ports": [{"port": 80}]},
+        # A port of its own: the real API server is shared by every module (§4.9).
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": CLASS,
+            "ports": [{"port": distinct_port(namespace, "web")}],
+        },
     }
     listing = {"apiVersion": "v1", "kind": "List", "items": [*nodes, service]}
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(listing))

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
+from tests.controller.support import distinct_port
 from tests.controlplane.build import kubernetes_version
 from tests.controlplane.plane import ControlPlane
 
@@ -276,7 +277,12 @@ def test_a_status_patch_returns_the_resource_version_the_server_wrote(
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": "rv", "namespace": namespace},
-        "spec": {"type": "LoadBalancer", "loadBalancerClass": LB_CLASS, "ports": [{"port": 80}]},
+        # A port of its own: the real API server is shared by every module (§4.9).
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": LB_CLASS,
+            "ports": [{"port": distinct_port(namespace, "rv")}],
+        },
     }
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(service))
     with control_plane.api_client() as client:

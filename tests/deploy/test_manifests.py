@@ -55,12 +55,19 @@ def test_every_rendered_object_validates_against_the_kubernetes_schema(
     assert checked >= 10
 
 
+KUBE_SYSTEM = {("Role", "node-ipam-lb-kube-proxy"), ("RoleBinding", "node-ipam-lb-kube-proxy")}
+"""The one Role (get ConfigMap kube-proxy, docs/design.md §4.10) and its binding that live
+in kube-system."""
+
+
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
 def test_every_object_lives_in_the_node_ipam_lb_namespace(kustomization: str) -> None:
     for obj in render(kustomization):
         where = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in obj["metadata"], where
+        elif (obj["kind"], obj["metadata"]["name"]) in KUBE_SYSTEM:
+            assert obj["metadata"].get("namespace") == "kube-system", where
         else:
             assert obj["metadata"].get("namespace") == NAMESPACE, where
 

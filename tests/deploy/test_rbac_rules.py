@@ -44,6 +44,8 @@ ALLOWED = [
     ("read our ValidatingWebhookConfiguration",
      Request("get", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "",
              "node-ipam-lb")),
+    ("get configmap kube-system/kube-proxy (kube-proxy's mode)",
+     Request("get", "", "configmaps", "", "kube-system", "kube-proxy")),
 ]  # fmt: skip
 
 DENIED = [
@@ -78,6 +80,15 @@ DENIED = [
              "node-ipam-lb")),
     ("list webhook configurations",
      Request("list", "admissionregistration.k8s.io", "validatingwebhookconfigurations")),
+    ("get another configmap in kube-system",
+     Request("get", "", "configmaps", "", "kube-system", "coredns")),
+    ("list configmaps in kube-system", Request("list", "", "configmaps", "", "kube-system")),
+    ("watch kube-proxy's configmap",
+     Request("watch", "", "configmaps", "", "kube-system", "kube-proxy")),
+    ("change kube-proxy's configmap",
+     Request("update", "", "configmaps", "", "kube-system", "kube-proxy")),
+    ("get a configmap named kube-proxy elsewhere",
+     Request("get", "", "configmaps", "", NS, "kube-proxy")),
 ]  # fmt: skip
 
 

@@ -127,6 +127,7 @@ RESOURCES: tuple[Resource, ...] = (
         field_defaults=pod_rules.FIELD_DEFAULTS,
     ),
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",)),
+    Resource("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
     Resource(
         "discovery.k8s.io",
         "v1",

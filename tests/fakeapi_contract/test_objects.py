@@ -255,6 +255,29 @@ def test_coordination_lease_round_trip(api: client.ApiClient, ns: str) -> None:
     assert err.value.status == 409
 
 
+def test_config_map_get_and_missing_config_map(core: client.CoreV1Api, ns: str) -> None:
+    """What the controller and preview read of kube-proxy's ConfigMap (docs/design.md
+    §4.10): ``data`` as stored; a missing one is a 404 NotFound Status."""
+    text = "kind: KubeProxyConfiguration\nmode: ipvs\n"
+    core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "kube-proxy"}, "data": {"config.conf": text}}
+    )
+    raw = json.loads(core.read_namespaced_config_map("kube-proxy", ns, _preload_content=False).data)
+    assert (raw["kind"], raw["apiVersion"], raw["data"]) == (
+        "ConfigMap",
+        "v1",
+        {"config.conf": text},
+    )
+    with pytest.raises(ApiException) as err:
+        core.read_namespaced_config_map("nope", ns)
+    status = _status(err.value)
+    assert (status["code"], status["reason"], status["message"]) == (
+        404,
+        "NotFound",
+        'configmaps "nope" not found',
+    )
+
+
 def test_events_in_both_groups(api: client.ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api)
     events = client.EventsV1Api(api)
@@ -308,7 +331,7 @@ def test_events_in_both_groups(api: client.ApiClient, ns: str) -> None:
 @pytest.mark.parametrize(
     ("method", "path", "code"),
     [
-        ("GET", "/api/v1/configmaps", 404),
+        ("GET", "/api/v1/persistentvolumes", 404),
         ("GET", "/apis/apps/v1/deployments", 404),
         ("GET", "/api/v1/namespaces/default/services/s/proxy", 404),
         ("DELETE", "/api/v1/namespaces/default/services", 405),

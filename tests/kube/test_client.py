@@ -33,6 +33,19 @@ def test_an_error_status_carries_the_api_message(fake_api: FakeApiServer) -> Non
     assert api.read_lease(namespace="default", name="absent") is None
 
 
+def test_a_config_map_is_read_absent_is_none_and_a_refusal_raises(fake_api: FakeApiServer) -> None:
+    api = KubernetesAPI(fake_api.client())
+    assert api.read_config_map(namespace="kube-system", name="kube-proxy") is None
+    stored = {"metadata": {"name": "kube-proxy", "namespace": "kube-system"}, "data": {"a": "b"}}
+    fake_api.seed([{"apiVersion": "v1", "kind": "ConfigMap", **stored}])
+    read = api.read_config_map(namespace="kube-system", name="kube-proxy")
+    assert read is not None and read["data"] == {"a": "b"}
+    fake_api.fail(method="GET", path="*/configmaps/*", status=403, message="forbidden")
+    with pytest.raises(ApiError) as err:
+        api.read_config_map(namespace="kube-system", name="kube-proxy")
+    assert (err.value.status, err.value.reason) == (403, "forbidden")
+
+
 def test_a_watch_streams_raw_events_and_closes_from_another_thread(
     fake_api: FakeApiServer,
 ) -> None:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
 
+from app.config import Settings
+from app.web.app import create_app
 from tests.core.admission.builders import service
 from tests.web.conftest import AppClient, FakeCache
 
@@ -245,3 +249,49 @@ def test_manifest_is_parsed_off_the_event_loop(
     response = client.post("/preview", content=yaml.safe_dump(manifest))
     assert response.status_code == 200
     assert loops == [False]
+
+
+HAZARD = "kube-proxy runs in ipvs mode (test)"
+
+
+@pytest.fixture
+def ipvs_client(controller: object) -> Iterator[AppClient]:
+    """The app of ``client`` with the controller's kube-proxy ipvs warning (§4.10)."""
+    settings = Settings(default_lb_service_ipam="nodeipam", auth="none", review_deadline_seconds=25)
+    app = create_app(
+        settings,
+        controller=controller,  # type: ignore[arg-type]
+        clock=lambda: 1e6,
+        kube_proxy_hazard=lambda: HAZARD,
+    )
+    with AppClient(app) as test_client:
+        yield test_client
+
+
+def test_the_kube_proxy_ipvs_warning_is_on_every_service_that_gets_addresses(
+    ipvs_client: AppClient, client: AppClient
+) -> None:
+    item = ipvs_client.get("/preview/default/web").json()
+    plain = client.get("/preview/default/web").json()
+    assert item["ingress"] == plain["ingress"] == EDGE_ONLY
+    assert item["warnings"] == [*plain["warnings"], HAZARD]
+    assert HAZARD not in plain["warnings"], "no hazard: not said"
+    [listed] = ipvs_client.get("/preview").json()["items"]
+    assert listed["warnings"][-1] == HAZARD
+    nowhere = service(name="nowhere", cls="io.cilium/node", selector="role=none")
+    pending = ipvs_client.post("/preview", content=json.dumps(nowhere)).json()
+    assert pending["ingress"] == [] and HAZARD not in pending["warnings"]
+    other = service(name="other", cls="example.com/other")
+    unmanaged = ipvs_client.post("/preview", content=json.dumps(other)).json()
+    assert not unmanaged["managed"] and HAZARD not in unmanaged["warnings"]
+
+
+def test_serve_hands_the_controllers_kube_proxy_warning_to_preview(tmp_path: Path) -> None:
+    from app import server
+
+    settings = Settings(auth="none", leader_elect=False, webhook=False)
+    controller, app, _ = server.build(settings, workdir=tmp_path, connection=(None, False))
+    state = app.state.node_ipam
+    assert state.kube_proxy_hazard() is None
+    controller._kube_proxy_hazard = HAZARD  # what its read of kube-proxy's ConfigMap sets
+    assert state.kube_proxy_hazard() == HAZARD

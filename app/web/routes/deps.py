@@ -69,6 +69,11 @@ class BackgroundLike(Protocol):
     def stop(self) -> None: ...
 
 
+def no_hazard() -> str | None:
+    """The :attr:`AppState.kube_proxy_hazard` of an app without a controller: none known."""
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class AppState:
     """Everything a request handler needs; stored on ``app.state.node_ipam``.
@@ -76,7 +81,9 @@ class AppState:
     ``clock`` is the wall clock (epoch seconds) passed to the selection as ``now``;
     ``admission_memo`` keeps the validating webhook's cluster-state warnings by the inputs
     of ``select`` across requests (:mod:`app.core.selection_memo`); ``background`` are the
-    tasks besides the controller that ``/healthz`` checks.
+    tasks besides the controller that ``/healthz`` checks; ``kube_proxy_hazard`` gives the
+    controller's kube-proxy ipvs warning while it holds, else ``None`` (docs/design.md
+    §4.10), which preview adds to every Service that gets addresses.
     """
 
     settings: Settings
@@ -88,6 +95,7 @@ class AppState:
     admission_memo: SelectionMemo[tuple[str, ...]] = field(default_factory=SelectionMemo)
     background: tuple[BackgroundLike, ...] = ()
     limits: RequestLimits = field(default_factory=lambda: RequestLimits())
+    kube_proxy_hazard: Callable[[], str | None] = no_hazard
 
 
 @dataclass(frozen=True, slots=True)

@@ -292,7 +292,8 @@ def _synced_cache(state: AppState) -> CacheLike:
 
 def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewItem:
     """``select`` for ``service`` on the cache, then port ownership against the cache's
-    port index (docs/design.md §4.9), as the reconciler decides it."""
+    port index (docs/design.md §4.9), as the reconciler decides it; a Service that gets
+    addresses also carries the controller's kube-proxy ipvs warning (§4.10)."""
     index = cache.node_index()
     now = state.clock()
 
@@ -313,7 +314,13 @@ def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewI
         node_of=index.node_of,
         settings=state.selection,
     )
-    return PreviewItem.model_validate(selection.to_dict())
+    item = selection.to_dict()
+    # kube-proxy in ipvs mode with ipMode VIP (docs/design.md §4.10): said on every
+    # Service that gets addresses, as its KubeProxyIPVS Event says it.
+    hazard = state.kube_proxy_hazard() if selection.ingress else None
+    if hazard is not None:
+        item["warnings"] = [*item["warnings"], hazard]
+    return PreviewItem.model_validate(item)
 
 
 async def _manifest_text(request: Request) -> str:
