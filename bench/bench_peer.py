@@ -125,12 +125,7 @@ from bench.procs import (
 from bench.profile import PySpy, summary
 from bench.realapi import SEED_PARALLEL, IngressWatch, RealApi, start_realapi
 from tests.fakeapi.patch import merge_patch
-from tests.peers.cilium.differential import (
-    IDENTICAL,
-    cilium_ips_our_way,
-    cilium_manages,
-    classify,
-)
+from tests.peers.cilium.differential import IDENTICAL, cilium_manages, classify
 from tests.peers.cilium.peer import CiliumNodeIpam, PeerError
 
 Obj = dict[str, Any]
@@ -622,19 +617,11 @@ def judge_cilium(
     ``ipMode: VIP`` (the API server's default; Cilium writes none), else ``None``."""
     if any(entry.get("ipMode") != "VIP" for entry in stored):
         return None
-    ips = [entry.get("ip", "") for entry in stored]
-    wanted = [entry["ip"] for entry in expected]
-    rule = classify(ips, wanted, families)
-    if rule is None:
-        # Port ownership (docs/design.md §4.9), which Cilium does not have: ours keeps a
-        # strict subset of the addresses Cilium publishes (--conflicting twins: none).
-        try:
-            theirs = set(cilium_ips_our_way(ips, families))
-        except ValueError:
-            return None
-        if set(wanted) < theirs:
-            return "port-ownership"
-    return rule
+    return classify(
+        [entry.get("ip", "") for entry in stored],
+        [entry["ip"] for entry in expected],
+        families,
+    )
 
 
 @dataclass
@@ -2029,7 +2016,8 @@ def parse_args(argv: Sequence[str]) -> Options:
         "--conflicting",
         type=int,
         default=0,
-        help="extra managed Services sharing a twin's ports (docs/design.md §4.9)",
+        help="extra managed Services sharing a twin's ports (docs/design.md §4.9); Cilium"
+        " publishes them, so its statuses are wrong by our oracle: use --controllers ours",
     )
     parser.add_argument("--steady-seconds", type=float, default=300.0)
     parser.add_argument("--churn", type=int, default=20, help="changes of each kind")

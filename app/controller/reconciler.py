@@ -593,40 +593,33 @@ class Reconciler:
             record_only=not wrote and event.reason == "IPsAssigned",
             uid=uid,
         )
-        if outcome.port_note is None or not outcome.ingress:
-            self._recorder.clear(namespace, name, PORT_SLOT)
-        else:
-            note = f"{len(outcome.ips)} address(es) published; not published: {outcome.port_note}"
-            self._recorder.emit(
-                namespace=namespace,
-                name=name,
-                event=ServiceEvent(WARNING, "PortInUse", "SelectNodes", note),
-                slot=PORT_SLOT,
-                uid=uid,
-            )
-        if outcome.hidden_note is None:
-            self._recorder.clear(namespace, name, EXTERNAL_IP_SLOT)
-        else:
-            self._recorder.emit(
-                namespace=namespace,
-                name=name,
-                event=ServiceEvent(
-                    WARNING, "ExternalIPPreferred", "SelectNodes", outcome.hidden_note
-                ),
-                slot=EXTERNAL_IP_SLOT,
-                uid=uid,
-            )
+        port_note = (
+            f"{len(outcome.ips)} address(es) published; not published: {outcome.port_note}"
+            if outcome.port_note is not None and outcome.ingress
+            else None
+        )
+        self._warn(namespace, name, PORT_SLOT, "PortInUse", port_note, uid)
+        self._warn(
+            namespace, name, EXTERNAL_IP_SLOT, "ExternalIPPreferred", outcome.hidden_note, uid
+        )
         hazard = self._kube_proxy_hazard() if outcome.ingress else None
-        if hazard is None:
-            self._recorder.clear(namespace, name, KUBE_PROXY_SLOT)
-        else:
-            self._recorder.emit(
-                namespace=namespace,
-                name=name,
-                event=ServiceEvent(WARNING, "KubeProxyIPVS", "SelectNodes", hazard),
-                slot=KUBE_PROXY_SLOT,
-                uid=uid,
-            )
+        self._warn(namespace, name, KUBE_PROXY_SLOT, "KubeProxyIPVS", hazard, uid)
+
+    def _warn(
+        self, namespace: str, name: str, slot: str, reason: str, note: str | None, uid: str
+    ) -> None:
+        """A Warning Event ``reason`` with ``note`` in the recorder ``slot`` of the Service,
+        or, with ``note`` ``None``, the slot cleared (the condition no longer holds)."""
+        if note is None:
+            self._recorder.clear(namespace, name, slot)
+            return
+        self._recorder.emit(
+            namespace=namespace,
+            name=name,
+            event=ServiceEvent(WARNING, reason, "SelectNodes", note),
+            slot=slot,
+            uid=uid,
+        )
 
     def _invalid_selector(
         self, key: str, namespace: str, name: str, outcome: Outcome, service: ServiceView

@@ -3,7 +3,6 @@ has ports of its own, and ``Scale.conflicting`` twins lose every address to thei
 
 from __future__ import annotations
 
-from bench.bench_peer import judge_cilium
 from bench.cluster import Scale, expected_ingress, make_cluster
 
 TINY = Scale(nodes=40, managed=60, unmanaged=10, conflicting=5)
@@ -24,10 +23,3 @@ def test_managed_services_share_no_port_and_twins_are_pending() -> None:
     assert len(twins) == TINY.conflicting
     assert all(expected[k] == [] for k in twins)
     assert all(expected[k.removesuffix("-dup")] for k in twins)
-
-
-def test_ciliums_status_of_a_twin_is_explained_by_port_ownership() -> None:
-    entry = {"ip": "10.0.0.1", "ipMode": "VIP"}
-    assert judge_cilium([entry], [], ["IPv4"]) == "port-ownership"
-    assert judge_cilium([entry], [entry], ["IPv4"]) == "identical"
-    assert judge_cilium([], [entry], ["IPv4"]) is None

@@ -24,6 +24,8 @@ import pytest
 import yaml
 
 from app import demo
+from tests.cases import read_expected
+from tests.controller.support import distinct_port
 from tests.controlplane.plane import ControlPlane
 from tests.controlplane.serving import (
     CLASS,
@@ -180,7 +182,12 @@ def test_class_is_defaulted_under_default_nodeipam(world: World) -> None:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": "classless", "namespace": namespace},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+        # Ours once defaulted, over every Node: a port of its own, or it would own the
+        # kind example's TCP/80 applied later on this shared server (§4.9).
+        "spec": {
+            "type": "LoadBalancer",
+            "ports": [{"port": distinct_port(namespace, "classless")}],
+        },
     }
     _apply_ok(world, json.dumps(service))
     got = json.loads(world.kubectl("get", "svc", "classless", "-n", namespace, "-o", "json").stdout)
@@ -303,28 +310,62 @@ def test_label_unlabel_cordon_and_address_change_converge(example: World) -> Non
 
 def test_traffic_policy_and_type_switches_converge(example: World) -> None:
     wait_for(lambda: _converged(example, _expected()), "the example converges")
-    svc = "nginx-cluster"
 
-    def patch(body: dict[str, Any]) -> None:
+    def patch(svc: str, body: dict[str, Any]) -> None:
         got = example.kubectl("patch", "svc", svc, "-n", "default", "-p", json.dumps(body))
         assert got.returncode == 0, got.stderr
 
-    # eTP Local: only nodes with a ready endpoint of the Service (those of nginx-local).
-    patch({"spec": {"externalTrafficPolicy": "Local"}})
-    local = _expected()[("default", "nginx-local")]
-    wait_for(lambda: example.ingress("default", svc) == local, "eTP Local narrows the nodes")
-    patch({"spec": {"externalTrafficPolicy": "Cluster"}})
+    # eTP Local: only nodes with a ready endpoint of the Service (those of nginx-local in
+    # Cilium's expected.txt: select's answer; nginx-cluster keeps TCP/80 there, §4.9).
+    patch("nginx-cluster", {"spec": {"externalTrafficPolicy": "Local"}})
+    local = read_expected(EXPECTED.parent)["default/nginx-local"]
+    wait_for(
+        lambda: example.ingress("default", "nginx-cluster") == local, "eTP Local narrows the nodes"
+    )
+    patch("nginx-cluster", {"spec": {"externalTrafficPolicy": "Cluster"}})
     wait_for(lambda: _converged(example, _expected()), "eTP Cluster restores")
     # The class is immutable on a real server; switching type away clears it (and the
-    # status), switching back with the class makes it ours again.
-    patch({"spec": {"type": "ClusterIP", "externalTrafficPolicy": None}})
-    wait_for(lambda: not example.ingress("default", svc), "a ClusterIP Service has no ingress")
-    patch({"spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS}})
-    wait_for(lambda: _converged(example, _expected()), "back to LoadBalancer converges")
+    # status), switching back with the class makes it ours again. On a Service with a
+    # port of its own: nginx-cluster's TCP/80 would go to nginx-local meanwhile and stay
+    # there (the Service that already publishes an address keeps it, §4.9).
+    switcher = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "switcher", "namespace": "default"},
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": CLASS,
+            "ports": [{"port": distinct_port("default", "switcher")}],
+        },
+    }
+    _apply_ok(example, json.dumps(switcher))
+    everywhere = _expected()[("default", "nginx-cluster")]
+    wait_for(lambda: example.ingress("default", "switcher") == everywhere, "switcher converges")
+    patch("switcher", {"spec": {"type": "ClusterIP", "externalTrafficPolicy": None}})
+    wait_for(lambda: not example.ingress("default", "switcher"), "a ClusterIP Service: no ingress")
+    patch("switcher", {"spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS}})
+    wait_for(lambda: example.ingress("default", "switcher") == everywhere, "back to LoadBalancer")
+    example.kubectl("delete", "svc", "switcher", "-n", "default")
 
 
 def test_endpointslice_readiness_flip_converges(example: World) -> None:
     wait_for(lambda: _converged(example, _expected()), "the example converges")
+    own_port = distinct_port("default", "nginx-local")
+
+    def port(number: int) -> None:
+        # A merge patch replaces the list (a strategic one would add a port by its key).
+        entry = {"port": number, "protocol": "TCP", "targetPort": 80}
+        body = json.dumps({"spec": {"ports": [entry]}})
+        got = example.kubectl(
+            "patch", "svc", "nginx-local", "-n", "default", "--type=merge", "-p", body
+        )
+        assert got.returncode == 0, got.stderr
+
+    # nginx-local loses TCP/80 to nginx-cluster (§4.9): on a port of its own it publishes
+    # what select gives it (Cilium's expected.txt), which the flip then changes.
+    port(own_port)
+    local = read_expected(EXPECTED.parent)["default/nginx-local"]
+    wait_for(lambda: example.ingress("default", "nginx-local") == local, "nginx-local publishes")
     slices = json.loads(
         example.kubectl(
             "get",
@@ -347,13 +388,14 @@ def test_endpointslice_readiness_flip_converges(example: World) -> None:
         original["metadata"].pop(meta_key, None)
     _apply_ok(example, json.dumps(flipped))
     wait_for(
-        lambda: (
-            example.ingress("default", "nginx-local") != _expected()[("default", "nginx-local")]
-        ),
+        lambda: example.ingress("default", "nginx-local") != local,
         "readiness flip changes nginx-local",
     )
     _apply_ok(example, json.dumps(original))
-    wait_for(lambda: _converged(example, _expected()), "ready again converges")
+    wait_for(lambda: example.ingress("default", "nginx-local") == local, "ready again")
+    # Back on TCP/80: nginx-cluster, older or first by name, keeps it (both publish it).
+    port(80)
+    wait_for(lambda: _converged(example, _expected()), "back on port 80 converges")
 
 
 def test_the_real_server_accepted_every_write(example: World) -> None:
