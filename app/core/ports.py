@@ -64,6 +64,8 @@ kube-controller-manager, 10259 kube-scheduler. Any protocol."""
 
 _RANGE = re.compile(r"([0-9]{1,5})(?:-([0-9]{1,5}))?(?:/([A-Za-z]+))?", re.ASCII)
 _EXCEPTION = re.compile(r"([^/:\s]+)/([^/:\s]+):(.+)")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +137,11 @@ def parse_port_exceptions(text: str, *, flag: str) -> tuple[tuple[str, str, Port
                 " (e.g. kube-system/bastion:22)"
             )
         namespace, name, ports = match.groups()
+        if not _DNS_LABEL.fullmatch(namespace) or not _DNS_SUBDOMAIN.fullmatch(name):
+            raise ValueError(
+                f"{flag}: Invalid value: {entry!r}: NAMESPACE must be a namespace name and"
+                " NAME a Service name (lower case DNS-1123, no wildcard)"
+            )
         for port_range in parse_port_ranges(ports.replace("+", ","), flag=flag):
             out.append((namespace, name, port_range))
     return tuple(out)
@@ -284,15 +291,22 @@ class PortLookup(Protocol):
 
 
 def stored_vip_ips(service: ServiceView) -> tuple[str, ...]:
-    """The addresses of ``service``'s stored ingress that kube-proxy captures: entries
-    with an ``ip`` and ``ipMode`` VIP or unset (``Proxy`` entries are skipped by every
-    proxy mode, kube-proxy ``serviceport.go``)."""
+    """The addresses of ``service``'s stored ingress that kube-proxy captures, in
+    canonical text (:func:`app.core.views.canonical_ip`, as candidates are), each once:
+    entries with an ``ip`` and ``ipMode`` VIP or unset (``Proxy`` entries are skipped by
+    every proxy mode, kube-proxy ``serviceport.go``); text that is no IP is left out."""
+    from app.core.views import canonical_ip  # views imports options, which imports us
+
     out: list[str] = []
     for entry in service.ingress or ():
         ip = entry.get("ip")
         if isinstance(ip, str) and ip and entry.get("ipMode") in (None, "", "VIP"):
-            out.append(ip)
-    return tuple(out)
+            # kube-proxy reads it sloppily (ParseIPSloppy): FD00::A, ::ffff:10.0.0.1 and
+            # 010.000.000.001 capture the node address they spell, so compare canonically.
+            parsed = canonical_ip(ip)
+            if parsed is not None:
+                out.append(parsed[0])
+    return tuple(dict.fromkeys(out))
 
 
 class PortIndex:

@@ -395,3 +395,54 @@ def test_service_ports_garbage_is_an_error_naming_the_field_or_ignored() -> None
     obj["spec"]["ports"] = [{"port": 70000}, {"port": 80, "nodePort": 0}, "junk"]
     view = service_view(obj)
     assert (view.ports, view.node_ports) == ((("TCP", 80),), ())
+
+
+# -- addresses are compared as kube-proxy reads them --------------------------------------
+
+
+@pytest.mark.parametrize("spelled", ["::ffff:10.0.0.1", "010.000.000.001"])
+def test_another_classs_ingress_holds_the_address_however_it_is_spelled(spelled: str) -> None:
+    other = svc("other", 80, cls="example.com/lb", ingress=(spelled,))
+    assert kept(svc("web", 80), other) == ("10.0.0.2",)
+
+
+def test_an_incumbent_keeps_an_address_its_stored_ingress_spells_otherwise() -> None:
+    """Cilium writes a Node address as the Node spells it (docs/design.md §4.8): after a
+    migration the incumbent still holds ``FD00::A`` against an older newcomer."""
+    v6 = NodeIndex([node("n6", internal=["FD00::A"])])
+    settings = SelectionSettings()
+
+    def published(target: ServiceView, *others: ServiceView) -> tuple[str, ...]:
+        ports = index_of(target, *others, settings=settings)
+
+        def selection_of(s: ServiceView) -> Any:
+            return select(service=s, nodes=v6, endpoint_slices=(), settings=settings, now=NOW)
+
+        got = owned(
+            selection_of(target),
+            target,
+            ports=ports,
+            candidates_of=lambda s: candidate_ips(selection_of(s), s),
+            node_of=v6.node_of,
+            settings=settings,
+        )
+        return tuple(e["ip"] for e in got.ingress or ())
+
+    def v6_service(name: str, created: float, ingress: tuple[str, ...] = ()) -> ServiceView:
+        obj = service_obj(
+            name, families=("IPv6",), ingress=[{"ip": ip, "ipMode": "VIP"} for ip in ingress]
+        )
+        obj["metadata"]["creationTimestamp"] = rfc3339(created)
+        obj["spec"]["ports"] = [{"port": 80, "protocol": "TCP"}]
+        return service_view(obj)
+
+    incumbent = v6_service("incumbent", NOW, ingress=("FD00::A",))
+    older = v6_service("older", NOW - 3600)
+    assert published(incumbent, older) == ("fd00::a",)
+    assert published(older, incumbent) == ()
+
+
+@pytest.mark.parametrize("entry", ["TENANT/kubelet:10250", "tenant/*:10250", "a/B_c:22"])
+def test_an_exception_that_can_never_match_is_refused(entry: str) -> None:
+    with pytest.raises(ValueError, match="lower case DNS-1123"):
+        SelectionSettings(reserved_port_exceptions=entry)
