@@ -106,16 +106,20 @@ def kept(
     return tuple(e["ip"] for e in selection.ingress)
 
 
-def _owned(target: ServiceView, ports: PortIndex, settings: SelectionSettings) -> Any:
+def _owned(
+    target: ServiceView, ports: PortIndex, settings: SelectionSettings, nodes: NodeIndex = NODES
+) -> Any:
+    """``select`` then port ownership for ``target`` on ``nodes``, as preview runs them."""
+
     def selection_of(s: ServiceView) -> Any:
-        return select(service=s, nodes=NODES, endpoint_slices=(), settings=settings, now=NOW)
+        return select(service=s, nodes=nodes, endpoint_slices=(), settings=settings, now=NOW)
 
     return owned(
         selection_of(target),
         target,
         ports=ports,
         candidates_of=lambda s: candidate_ips(selection_of(s), s),
-        node_of=NODES.node_of,
+        node_of=nodes.node_of,
         settings=settings,
     )
 
@@ -413,19 +417,7 @@ def test_an_incumbent_keeps_an_address_its_stored_ingress_spells_otherwise() -> 
     settings = SelectionSettings()
 
     def published(target: ServiceView, *others: ServiceView) -> tuple[str, ...]:
-        ports = index_of(target, *others, settings=settings)
-
-        def selection_of(s: ServiceView) -> Any:
-            return select(service=s, nodes=v6, endpoint_slices=(), settings=settings, now=NOW)
-
-        got = owned(
-            selection_of(target),
-            target,
-            ports=ports,
-            candidates_of=lambda s: candidate_ips(selection_of(s), s),
-            node_of=v6.node_of,
-            settings=settings,
-        )
+        got = _owned(target, index_of(target, *others, settings=settings), settings, v6)
         return tuple(e["ip"] for e in got.ingress or ())
 
     def v6_service(name: str, created: float, ingress: tuple[str, ...] = ()) -> ServiceView:
