@@ -21,6 +21,9 @@ namespace, with EndpointSlices. The checklist (issue 20) and where it is drawn:
 - EndpointSlices (:func:`_slices`): ``ready`` unset/true/false, ``nodeName`` unset, a Node
   or a name of no Node, several slices per Service, slices labelled for another Service,
   IPv4 and IPv6 slices.
+- Port conflicts (:func:`_port_conflicts`, port ownership, docs/design.md §4.9): twins of
+  Services on the same port, created later (same or other selector, UDP, a second port),
+  and Services on a reserved node port.
 
 Objects are what a client would create (no server-set fields). Names are unique per seed
 (the namespace ``diff-<seed>``, Node names ``d<seed>-n<i>``), so clusters of different seeds
@@ -96,6 +99,7 @@ class Cluster:
     slices: list[dict[str, Any]]
     services: list[dict[str, Any]]
     deleting: list[str]
+    later: list[str] = dataclasses.field(default_factory=list)
 
     def copy(self) -> Cluster:
         """A deep copy (the shrinker edits copies)."""
@@ -288,9 +292,8 @@ def generate(
         if node["metadata"]["name"] in deleting:
             node["metadata"]["finalizers"] = [HOLD]
     names = [f"s{i}" for i in range(rng.randint(*services))]
-    # One port per Service (20000 + its index: below the NodePort range, no reserved port),
-    # so no two Services conflict under port ownership (docs/design.md §4.9), which Cilium
-    # does not have: the comparison stays on the selection rules.
+    # One port per Service (20000 + its index: below the NodePort range, no reserved port);
+    # the conflicts are added on purpose below.
     service_objects = [
         _service(rng, name, namespace, node_names, 20000 + i) for i, name in enumerate(names)
     ]
@@ -298,4 +301,49 @@ def generate(
     for name in names:
         others = [n for n in names if n != name]
         slices += _slices(rng, name, others, namespace, node_names)
-    return Cluster(seed, namespace, node_objects, slices, service_objects, deleting)
+    conflicts, later = _port_conflicts(random.Random(f"{seed}/ports"), service_objects)
+    return Cluster(
+        seed, namespace, node_objects, slices, service_objects + conflicts, deleting, later
+    )
+
+
+RESERVED_PORTS = (22, 6443, 10250)
+"""Ports of docs/design.md §4.9's default ``reserved-node-ports`` the generator draws."""
+
+
+def _port_conflicts(
+    rng: random.Random, services: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Services that Cilium publishes and port ownership (docs/design.md §4.9) does not,
+    or not everywhere: ``(services, names to create later)``. From their own ``rng`` (a
+    seed's other objects stay what they were). Each drawn with its odds:
+
+    - a twin ``t<i>`` of ``s<i>`` (15%), created later: the same Service with, now and then,
+      another selector (50%), its port as UDP (20%: no conflict, kube-proxy matches the
+      protocol), or a second port of its own (30%: it keeps no address it shares with
+      ``s<i>``, and frees none for others);
+    - a copy ``r<i>`` of one Service on a reserved node port (40% per cluster)."""
+    extra: list[dict[str, Any]] = []
+    later: list[str] = []
+    for i, original in enumerate(services):
+        if rng.random() >= 0.15:
+            continue
+        twin = copy.deepcopy(original)
+        twin["metadata"]["name"] = f"t{i}"
+        if rng.random() < 0.5:
+            twin["metadata"]["annotations"] = {ANNOTATION: rng.choice(SELECTORS[:14])}
+        port = twin["spec"]["ports"][0]
+        if rng.random() < 0.2:
+            port["protocol"] = "UDP"
+        elif rng.random() < 0.3:
+            port["name"] = "shared"
+            twin["spec"]["ports"].append({"name": "own", "port": 21000 + i, "protocol": "TCP"})
+        extra.append(twin)
+        later.append(f"t{i}")
+    if services and rng.random() < 0.4:
+        i = rng.randrange(len(services))
+        reserved = copy.deepcopy(services[i])
+        reserved["metadata"]["name"] = f"r{i}"
+        reserved["spec"]["ports"][0]["port"] = rng.choice(RESERVED_PORTS)
+        extra.append(reserved)
+    return extra, later

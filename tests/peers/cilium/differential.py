@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Self
@@ -55,6 +55,10 @@ RULES = {
         "docs/design.md §4.8: ordered by family as in spec.ipFamilies, then numerically"
         " (Cilium sorts the raw strings)"
     ),
+    "port-ownership": (
+        "docs/design.md §4.8, §4.9: an address is published for one owner of each"
+        " (address, protocol, port), never on a reserved node port (Cilium has no port rule)"
+    ),
 }
 """The §4.8 differences visible in ``status.loadBalancer.ingress``; the others (the
 explicit ``ipMode``, which the server defaults to the same ``VIP`` on Cilium's writes;
@@ -79,22 +83,102 @@ def cilium_ips_our_way(ips: Sequence[str], families: Sequence[str]) -> list[str]
     return [text for text, _, _ in ordered]
 
 
-def classify(cilium: Sequence[str], ours: Sequence[str], families: Sequence[str]) -> str | None:
+def classify(
+    cilium: Sequence[str],
+    ours: Sequence[str],
+    families: Sequence[str],
+    lost: Collection[str] = (),
+) -> str | None:
     """``"identical"``, the :data:`RULES` name that explains ``cilium`` ≠ ``ours`` (ingress
-    IP lists of one Service; ``canonical-addresses`` wins when both apply), or ``None``
-    (unexplained)."""
-    if list(cilium) == list(ours):
+    IP lists of one Service), or ``None`` (unexplained). ``lost``: the canonical addresses
+    port ownership takes from this Service (:func:`port_ownership_losses`); when there are
+    any, ``ours`` must be Cilium's list in our form without them (``port-ownership``, which
+    wins over the other rules); else ``canonical-addresses`` wins when both apply."""
+    if list(cilium) == list(ours) and not lost:
         return IDENTICAL
     try:
         ours_way = cilium_ips_our_way(cilium, families)
     except ValueError:
         return None
+    if lost:
+        kept = [ip for ip in ours_way if ip not in lost]
+        return "port-ownership" if kept == list(ours) else None
     if ours_way != list(ours):
         return None
     raw_sorted_canonical = sorted(set(cilium)) == sorted(ours_way) and all(
         _parse(ip)[0] == ip for ip in cilium
     )
     return "family-numeric-order" if raw_sorted_canonical else "canonical-addresses"
+
+
+RESERVED_NODE_PORTS = frozenset({22, 2379, 2380, 6443, 10250, 10256, 10257, 10259})
+"""docs/design.md §4.9's default ``reserved-node-ports``, restated: the oracle below does
+not read ``app/`` (a test pins the two equal)."""
+
+
+def _ports(service: dict[str, Any]) -> set[tuple[str, int]]:
+    return {(p.get("protocol", "TCP"), p["port"]) for p in service["spec"].get("ports", [])}
+
+
+def _node_ports(service: dict[str, Any]) -> set[int]:
+    spec = service["spec"]
+    found = {p["nodePort"] for p in spec.get("ports", []) if p.get("nodePort")}
+    return found | ({spec["healthCheckNodePort"]} if spec.get("healthCheckNodePort") else set())
+
+
+def port_ownership_losses(
+    services: Sequence[dict[str, Any]],
+    candidates: Mapping[str, Sequence[str]],
+    stored: Mapping[str, Collection[str]] | None = None,
+) -> dict[str, set[str]]:
+    """What port ownership (docs/design.md §4.9) takes from each Service of ``candidates``,
+    worked out here from the rule's text, independently of ``app.core.ports``, for the
+    inputs the generator draws (:func:`tests.peers.cilium.clusters._port_conflicts`).
+
+    ``services``: every Service of one namespace as the server holds them (ports, allocated
+    ``nodePort``/``healthCheckNodePort``, ``creationTimestamp``); ``candidates``: ``{name:
+    canonical IPs}`` of the managed ones, what ``select`` gives (Cilium's ingress in our
+    form: Cilium has no port rule); ``stored``: ``{name: canonical IPs}`` of their stored
+    ingress (``None``: blank statuses, as both controllers start). Returns ``{name: the
+    candidate addresses it may not publish}``.
+
+    Covered: a reserved node port (the default setting) or another Service's node port
+    blocks every address and claims nothing; otherwise the owner of (address, protocol,
+    port) is the claimant of lowest (address not stored, ``creationTimestamp``, name), and
+    a Service keeps an address only where it owns every port (claims by candidates). Not
+    covered (the generator draws none): ``allowed-namespaces``, exceptions, other classes'
+    ingress, ``spec.externalIPs``, host-network Pods, other namespaces' ports."""
+    by_name = {s["metadata"]["name"]: s for s in services}
+    stored = stored or {}
+    node_ports = {name: _node_ports(s) for name, s in by_name.items()}
+    blocked = set()
+    for name in candidates:
+        taken = set().union(*(ports for other, ports in node_ports.items() if other != name))
+        if any(port in RESERVED_NODE_PORTS or port in taken for _, port in _ports(by_name[name])):
+            blocked.add(name)
+    claimants: dict[tuple[str, str, int], list[str]] = {}
+    for name, ips in candidates.items():
+        if name not in blocked:
+            for ip in ips:
+                for protocol, port in _ports(by_name[name]):
+                    claimants.setdefault((ip, protocol, port), []).append(name)
+
+    def owner(ip: str, protocol: str, port: int) -> str:
+        return min(
+            claimants[ip, protocol, port],
+            key=lambda n: (
+                ip not in stored.get(n, ()),
+                by_name[n]["metadata"]["creationTimestamp"],  # RFC 3339, UTC: sorts as text
+                n,
+            ),
+        )
+
+    return {
+        name: set(ips)
+        if name in blocked
+        else {ip for ip in ips if any(owner(ip, *pp) != name for pp in _ports(by_name[name]))}
+        for name, ips in candidates.items()
+    }
 
 
 @dataclasses.dataclass
@@ -195,8 +279,9 @@ def _paths(obj: dict[str, Any]) -> tuple[str, str]:
 
 
 def create(api: Api, cluster: Cluster, pool: ThreadPoolExecutor) -> dict[str, str]:
-    """Create ``cluster`` through ``api`` (Nodes, then slices, then Services; the
-    ``deleting`` Nodes deleted after, held by their finalizer); returns what the server
+    """Create ``cluster`` through ``api`` (Nodes, then slices, then Services, the
+    :attr:`Cluster.later` ones in a later second; the ``deleting`` Nodes deleted after,
+    held by their finalizer); returns what the server
     rejected, ``{"Kind/name": "status message"}`` (those objects do not exist)."""
     api.call("POST", "/api/v1/namespaces", {"metadata": {"name": cluster.namespace}})
     rejected: dict[str, str] = {}
@@ -207,8 +292,13 @@ def create(api: Api, cluster: Cluster, pool: ThreadPoolExecutor) -> dict[str, st
             message = body.get("message", body) if isinstance(body, dict) else body
             rejected[f"{obj['kind']}/{obj['metadata']['name']}"] = f"{status} {message}"
 
-    for group in (cluster.nodes, cluster.slices, cluster.services):
+    later = set(cluster.later)
+    first = [s for s in cluster.services if s["metadata"]["name"] not in later]
+    for group in (cluster.nodes, cluster.slices, first):
         list(pool.map(one, group))
+    if later:  # in a later second than all of the first wave: their creationTimestamp is later
+        time.sleep(1.05 - time.time() % 1)
+        list(pool.map(one, [s for s in cluster.services if s["metadata"]["name"] in later]))
     for name in cluster.deleting:
         if f"Node/{name}" not in rejected:
             api.call("DELETE", f"/api/v1/nodes/{name}")
@@ -241,11 +331,38 @@ def ingress(api: Api, namespace: str) -> dict[str, list[dict[str, str]]]:
     }
 
 
-def families(api: Api, namespace: str) -> dict[str, list[str]]:
-    """``{name: spec.ipFamilies}`` as the server set them."""
+def services(api: Api, namespace: str) -> list[dict[str, Any]]:
+    """Every Service of ``namespace`` as the server holds it."""
     status, body = api.call("GET", f"/api/v1/namespaces/{namespace}/services")
     assert status == 200, body
-    return {i["metadata"]["name"]: i["spec"].get("ipFamilies", []) for i in body["items"]}
+    items: list[dict[str, Any]] = body["items"]
+    return items
+
+
+def families(api: Api, namespace: str) -> dict[str, list[str]]:
+    """``{name: spec.ipFamilies}`` as the server set them."""
+    return {
+        i["metadata"]["name"]: i["spec"].get("ipFamilies", []) for i in services(api, namespace)
+    }
+
+
+def cilium_candidates(held: Sequence[dict[str, Any]], mode: str) -> dict[str, list[str]]:
+    """``{name: candidates}`` for :func:`port_ownership_losses`: the Services ``held`` (one
+    namespace, as the server holds them after Cilium's controller ran) that Cilium manages,
+    each with Cilium's ingress in our form (Cilium has no port rule, so that is what
+    ``select`` gives; a list that is not all IPs gives none: that Service is unexplained
+    anyway)."""
+    found: dict[str, list[str]] = {}
+    for service in held:
+        if cilium_manages(service, mode):
+            entries = service.get("status", {}).get("loadBalancer", {}).get("ingress") or []
+            try:
+                found[service["metadata"]["name"]] = cilium_ips_our_way(
+                    [e.get("ip", "") for e in entries], service["spec"].get("ipFamilies", [])
+                )
+            except ValueError:
+                continue
+    return found
 
 
 def preview_dump(plane: ControlPlane, namespace: str, mode: str, workdir: Path) -> dict[str, Any]:
@@ -494,6 +611,9 @@ class Differential:
         theirs = ingress(self.cilium_api, namespace)
         ours = ingress(self.our_api, namespace)
         fams = families(self.cilium_api, namespace)
+        # serve started from blank statuses on its own server (its creationTimestamps)
+        candidates = cilium_candidates(services(self.cilium_api, namespace), mode)
+        lost = port_ownership_losses(services(self.our_api, namespace), candidates)
         previewed = preview_dump(self.cilium_plane, namespace, mode, self.workdir)
         outcomes = []
         for name in sorted(theirs):
@@ -508,7 +628,7 @@ class Differential:
             modes = {e.get("ipMode") for e in theirs[name] + ours.get(name, [])}
             if modes - {"VIP"}:
                 problem += f" ipMode {sorted(map(str, modes))}"
-            rule = classify(c_ips, s_ips, fams.get(name, []))
+            rule = classify(c_ips, s_ips, fams.get(name, []), lost.get(name, ()))
             outcomes.append(
                 Outcome(
                     f"{namespace}/{name}", fams.get(name, []), c_ips, s_ips, p_ips, rule, problem

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from app.core.ports import DEFAULT_RESERVED_NODE_PORTS, parse_port_ranges
 from tests.peers.cilium.build import cilium_version
 from tests.peers.cilium.clusters import (
     ANNOTATION,
@@ -30,12 +31,14 @@ from tests.peers.cilium.clusters import (
 )
 from tests.peers.cilium.differential import (
     IDENTICAL,
+    RESERVED_NODE_PORTS,
     RULES,
     ClusterResult,
     Differential,
     Outcome,
     classify,
     counts,
+    port_ownership_losses,
     report,
 )
 from tests.peers.cilium.peer import MODES
@@ -111,6 +114,16 @@ def _everything(clusters: list[Cluster]) -> dict[str, set[Any]]:
             per_service[label] = per_service.get(label, 0) + 1
             add("slice labelled for another", not s["metadata"]["name"].startswith(f"{label}-"))
         add("several slices", max(per_service.values(), default=0) > 1)
+        ports: dict[int, list[dict[str, Any]]] = {}
+        for svc in c.services:
+            ports.setdefault(svc["spec"]["ports"][0]["port"], []).append(svc)
+        for number, sharing in ports.items():
+            if number in RESERVED_NODE_PORTS:
+                add("port conflict", "reserved")
+            for twin in sharing[1:]:
+                assert twin["metadata"]["name"] in c.later
+                kind = "udp" if twin["spec"]["ports"][0]["protocol"] == "UDP" else "tcp"
+                add("port conflict", f"{kind} twin, {len(twin['spec']['ports'])} port(s)")
     return seen
 
 
@@ -149,6 +162,12 @@ def test_the_suite_covers_the_checklist() -> None:
     assert seen["nodeName"] == {"unset", True, False}
     assert seen["slice labelled for another"] == {True, False}
     assert seen["several slices"] == {True}
+    assert seen["port conflict"] == {
+        "reserved",
+        "tcp twin, 1 port(s)",
+        "tcp twin, 2 port(s)",
+        "udp twin, 1 port(s)",
+    }
     assert set(LOOKALIKE_TAINTS)  # the vocabulary is not empty
 
 
@@ -176,6 +195,69 @@ def test_the_suite_covers_the_checklist() -> None:
 )
 def test_classify(cilium: list[str], ours: list[str], families: list[str], rule: str) -> None:
     assert classify(cilium, ours, families) == rule
+
+
+@pytest.mark.parametrize(
+    ("cilium", "ours", "lost", "rule"),
+    [
+        (["10.0.0.1", "10.0.0.2"], ["10.0.0.2"], {"10.0.0.1"}, "port-ownership"),
+        (["10.0.0.1"], [], {"10.0.0.1"}, "port-ownership"),
+        (["10.0.0.2", "FD00::1"], ["10.0.0.2"], {"fd00::1"}, "port-ownership"),
+        (["10.0.0.1", "10.0.0.2"], ["10.0.0.1", "10.0.0.2"], {"10.0.0.1"}, None),
+        (["10.0.0.1", "10.0.0.2"], [], {"10.0.0.1"}, None),
+        (["10.0.0.1"], ["10.0.0.1"], {"10.0.0.1"}, None),
+    ],
+)
+def test_classify_port_ownership(
+    cilium: list[str], ours: list[str], lost: set[str], rule: str | None
+) -> None:
+    assert classify(cilium, ours, ["IPv4", "IPv6"], lost) == rule
+
+
+def test_the_oracle_reserves_the_documented_ports() -> None:
+    ranges = parse_port_ranges(DEFAULT_RESERVED_NODE_PORTS, flag="reserved-node-ports")
+    assert set(RESERVED_NODE_PORTS) == {p for r in ranges for p in range(r.first, r.last + 1)}
+
+
+def _svc(name: str, created: str, *ports: tuple[str, int], node_port: int = 0) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "creationTimestamp": created},
+        "spec": {
+            "ports": [
+                {"protocol": proto, "port": port, **({"nodePort": node_port} if node_port else {})}
+                for proto, port in ports
+            ]
+        },
+    }
+
+
+def test_the_oracle_follows_the_rule_text() -> None:
+    """§4.9 worked by hand: older wins, a stored address beats age, UDP does not meet TCP,
+    a reserved port or another's nodePort blocks everywhere and claims nothing, and a
+    Service keeps an address only where it owns every port."""
+    t0, t1, t2 = "2026-12-03T00:00:00Z", "2026-12-03T00:00:01Z", "2026-12-03T00:00:02Z"
+    held = [
+        _svc("a", t1, ("TCP", 80)),
+        _svc("b", t0, ("TCP", 80), ("TCP", 81)),
+        _svc("c", t0, ("UDP", 80)),
+        _svc("d", t0, ("TCP", 10250), ("TCP", 81)),
+        _svc("e", t2, ("TCP", 31000)),
+        _svc("f", t0, ("TCP", 82), node_port=31000),
+    ]
+    one, two = "10.0.0.1", "10.0.0.2"
+    candidates = {name: [one, two] for name in "abcdef"}
+    candidates["b"] = [one]
+    assert port_ownership_losses(held, candidates) == {
+        "a": {one},
+        "b": set(),
+        "c": set(),
+        "d": {one, two},
+        "e": {one, two},
+        "f": set(),
+    }
+    stored = {"a": [one]}
+    lost = port_ownership_losses(held, candidates, stored)
+    assert lost["a"] == set() and lost["b"] == {one}
 
 
 # -- each §4.8 rule side by side on the real servers --------------------------------------
@@ -261,6 +343,44 @@ def test_rule_family_numeric_order(differential: Differential, version: str) -> 
     assert outcome.cilium == ["10.0.0.10", "10.0.0.9", "fd00::1"]
     assert outcome.serve == outcome.preview == ["fd00::1", "10.0.0.9", "10.0.0.10"]
     assert outcome.rule == "family-numeric-order"
+
+
+@pytest.mark.parametrize("version", [VERSION])
+def test_rule_port_ownership(differential: Differential, version: str) -> None:
+    """§4.8, §4.9: Cilium publishes every Service on its Nodes whatever the port; we publish
+    one owner per (address, protocol, port), the older Service, and nothing on a reserved
+    node port (here the kubelet's 10250)."""
+    ns = "rule-ports"
+    web = _lb(ns, "web", "SingleStack", ["IPv4"])
+    web["metadata"]["annotations"] = {ANNOTATION: "kubernetes.io/hostname=rule-p-0"}
+    late = _lb(ns, "late", "SingleStack", ["IPv4"])
+    kubelet = _lb(ns, "kubelet", "SingleStack", ["IPv4"])
+    kubelet["spec"]["ports"] = [{"port": 10250, "protocol": "TCP"}]
+    cluster = Cluster(
+        9003,
+        ns,
+        [
+            _node("rule-p-0", ("InternalIP", "10.0.0.21")),
+            _node("rule-p-1", ("InternalIP", "10.0.0.22")),
+        ],
+        [],
+        [web, late, kubelet],
+        [],
+        later=["late"],
+    )
+    result = differential.run(cluster, "lbipam")
+    assert not result.rejected, result.rejected
+    assert differential.version == version
+    got = {o.key.split("/")[1]: o for o in result.outcomes}
+    assert not any(o.problem for o in got.values()), got
+    assert got["web"].cilium == got["web"].serve == ["10.0.0.21"]
+    assert got["web"].rule == IDENTICAL
+    assert got["late"].cilium == ["10.0.0.21", "10.0.0.22"]
+    assert got["late"].serve == got["late"].preview == ["10.0.0.22"]
+    assert got["late"].rule == "port-ownership"
+    assert got["kubelet"].cilium == ["10.0.0.21", "10.0.0.22"]
+    assert got["kubelet"].serve == [] and not got["kubelet"].preview
+    assert got["kubelet"].rule == "port-ownership"
 
 
 # -- the generated suite ------------------------------------------------------------------

@@ -5,8 +5,8 @@ Cilium's Node IPAM") tells an operator to do it, on a dual-stack real API server
 2. it stops (``--enable-node-ipam=false`` / Helm ``nodeIPAM.enabled=false``);
 3. ``node-ipam-lb preview -A -o wide`` on the live cluster shows CHANGE=yes;
 4. ``serve`` starts with the same ``--default-lb-service-ipam``: it rewrites exactly the
-   Services the §4.8 rules predict from Cilium's statuses (and exactly those CHANGE=yes
-   named), with one PATCH each, and no other Service;
+   Services the §4.8 rules predict from Cilium's statuses, port ownership (§4.9) among them
+   (and exactly those CHANGE=yes named), with one PATCH each, and no other Service;
 5. going back: ``serve`` stops, Cilium's controller starts again and every status is
    Cilium's again.
 """
@@ -30,11 +30,14 @@ from tests.peers.cilium.clusters import generate
 from tests.peers.cilium.differential import (
     Api,
     Serve,
+    cilium_candidates,
     cilium_ips_our_way,
     cilium_manages,
     create,
     delete,
     families,
+    port_ownership_losses,
+    services,
 )
 from tests.peers.cilium.peer import MODES, CiliumNodeIpam, status_requests
 
@@ -143,13 +146,20 @@ def test_migration_from_cilium(
         assert set(table) == set(before)
         change_yes = {name for name, row in table.items() if row["CHANGE"] == "yes"}
         fams = families(api, ns)
-        predicted = {
-            name
-            for name, svc in before.items()
-            if name in {s["metadata"]["name"] for s in managed}
-            and _ips(svc) != cilium_ips_our_way(_ips(svc), fams[name])
+        # Cilium's statuses are the stored ingress port ownership sees (docs/design.md §4.9).
+        candidates = cilium_candidates(services(api, ns), mode)
+        lost = port_ownership_losses(list(before.values()), candidates, candidates)
+        expected = {
+            name: [
+                ip
+                for ip in cilium_ips_our_way(_ips(before[name]), fams[name])
+                if ip not in lost[name]
+            ]
+            for name in candidates
         }
+        predicted = {name for name, ips in expected.items() if _ips(before[name]) != ips}
         assert predicted, "the cluster should exercise a §4.8 rule"
+        assert any(lost.values()), "the cluster should exercise port ownership"
         # 4. serve takes over.
         writes_before = status_requests(plane)
         serve = Serve(plane, mode, tmp_path).start()
@@ -167,7 +177,7 @@ def test_migration_from_cilium(
         assert rewritten == predicted == change_yes
         assert status_requests(plane) - writes_before == len(predicted)  # one PATCH each
         for name in predicted:
-            assert _ips(after[name]) == cilium_ips_our_way(_ips(before[name]), fams[name])
+            assert _ips(after[name]) == expected[name]
             assert table[name]["EXTERNAL-IP"] == (",".join(_ips(after[name])) or "<pending>")
         # 5. and back: Cilium's controller rewrites its own forms.
         with CiliumNodeIpam(
