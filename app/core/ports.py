@@ -580,7 +580,7 @@ def decide(
     if remaining:
         me = (service.namespace, service.name)
         mine = set(remaining)
-        stored = set(stored_vip_ips(service))
+        stored: set[str] | None = None  # on the first claimed address: most have no rival
         base = _rank_base(service)
         for protocol, port in service.ports:
             rivals = [
@@ -604,6 +604,8 @@ def decide(
                     claimed = shared - other_lost
                 if not claimed:
                     continue
+                if stored is None:
+                    stored = set(stored_vip_ips(service))
                 other_stored = set(stored_vip_ips(other))
                 other_base = _rank_base(other)
                 for address in claimed:
