@@ -313,7 +313,8 @@ def report(result: ColdStart, scale: Scale) -> str:
         [
             f"cold start on the {label}: {scale.nodes} Nodes, {scale.managed} managed Services"
             f" ({len(result.cluster.endpoint_slices)} Local with an EndpointSlice),"
-            f" {scale.unmanaged} unmanaged",
+            f" {scale.unmanaged} unmanaged"
+            + (f", {scale.conflicting} conflicting twins" if scale.conflicting else ""),
             f"  {label} started and seeded in {result.seed_seconds:.1f} s",
             f"  {label} alone serves the three full lists (pages of 500):"
             f" {result.list_wall:.2f} s wall, {result.list_cpu:.2f} s CPU",
@@ -418,7 +419,12 @@ def cilium_side_by_side(ours: ColdStart, scale: Scale, workdir: Path) -> str:
 
 def parse_scale(args: argparse.Namespace) -> Scale:
     """The :class:`Scale` the scale flags ask for."""
-    return Scale(nodes=args.nodes, managed=args.services, unmanaged=args.unmanaged)
+    return Scale(
+        nodes=args.nodes,
+        managed=args.services,
+        unmanaged=args.unmanaged,
+        conflicting=args.conflicting,
+    )
 
 
 def api_kinds(args: argparse.Namespace) -> list[str]:
@@ -427,11 +433,17 @@ def api_kinds(args: argparse.Namespace) -> list[str]:
 
 
 def add_scale_flags(parser: argparse.ArgumentParser) -> None:
-    """``--nodes``, ``--services``, ``--unmanaged``, ``--profile``, ``--workdir``,
-    ``--cilium``, ``--api``."""
+    """``--nodes``, ``--services``, ``--unmanaged``, ``--conflicting``, ``--profile``,
+    ``--workdir``, ``--cilium``, ``--api``."""
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--services", type=int, default=10000, help="managed Services")
     parser.add_argument("--unmanaged", type=int, default=1000)
+    parser.add_argument(
+        "--conflicting",
+        type=int,
+        default=0,
+        help="twins of managed Services on their ports (port ownership leaves them pending)",
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy on serve")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
     parser.add_argument(
