@@ -113,8 +113,10 @@ def preview(
             "-f",
             "--filename",
             metavar="FILE",
-            help="Cluster dump (kubectl get nodes,services,endpointslices -A -o yaml|json);"
-            " '-' reads stdin. Repeatable. Without it the live cluster is read.",
+            help="Cluster dump (kubectl get nodes,services,endpointslices -A -o yaml|json,"
+            " and in a file of its own kubectl get pods -A --field-selector"
+            " spec.hostNetwork=true -o yaml|json); '-' reads stdin. Repeatable. Without it"
+            " the live cluster is read.",
             show_default=False,
         ),
     ] = None,

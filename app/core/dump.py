@@ -1,16 +1,20 @@
-"""Read cluster dumps: what ``kubectl get nodes,services,endpointslices -A -o yaml|json`` prints.
+"""Read cluster dumps: what ``kubectl get nodes,services,endpointslices -A -o yaml|json`` prints,
+and ``kubectl get pods -A --field-selector spec.hostNetwork=true -o yaml|json``.
 
 Accepted: a ``v1`` ``List`` (or ``NodeList``-style typed list), multi-document YAML, JSON,
-single objects, any mix across several files; ``-`` is standard input. Objects of other
-kinds or API groups (a Knative ``serving.knative.dev/v1`` Service) are skipped, except
-kubeadm's ConfigMap ``kube-system/kube-proxy`` (kube-proxy's mode, docs/design.md §4.10),
-which is kept as it is (nothing of it is read until
-:func:`app.core.kubeproxy.proxy_mode` reads its mode, never raising).
+single objects, any mix across several files; ``-`` is standard input. ``v1`` Pods are
+kept when ``spec.hostNetwork`` is ``true`` (their ``containerPort`` blocks their node's
+addresses, docs/design.md §4.9; what the controller's Pod informer lists with that field
+selector); other Pods, and objects of other kinds or API groups (a Knative
+``serving.knative.dev/v1`` Service), are skipped, except kubeadm's ConfigMap
+``kube-system/kube-proxy`` (kube-proxy's mode, docs/design.md §4.10), which is kept as it
+is (nothing of it is read until :func:`app.core.kubeproxy.proxy_mode` reads its mode,
+never raising).
 
 What counts as **unusable input** (:class:`DumpError`, exit code 2 in
 ``node-ipam-lb preview``): a file that cannot be read, text that is neither YAML nor JSON,
 a document or ``items`` entry that is not a Kubernetes object (no ``kind``), a List whose
-``items`` is not a list, and a Node/Service/EndpointSlice that cannot be projected
+``items`` is not a list, and a Node/Service/EndpointSlice/host-network Pod that cannot be projected
 (:class:`app.core.views.ViewError`: no ``metadata.name``, a field of the wrong JSON type).
 Garbage *content* is not unusable: a Node address that is not an IP is dropped and
 reported in that Node's verdicts, and a malformed selector annotation is that Service's
@@ -34,10 +38,12 @@ from app.core.options import MATCH_NODE_LABELS_ANNOTATION
 from app.core.views import (
     EndpointSliceView,
     NodeView,
+    PodView,
     ServiceView,
     ViewError,
     endpoint_slice_view,
     node_view,
+    pod_view,
     service_view,
 )
 
@@ -83,6 +89,7 @@ _KINDS = {
     "Node": ("nodes", ("v1",)),
     "Service": ("services", ("v1",)),
     "EndpointSlice": ("endpoint_slices", ("discovery.k8s.io/v1", "discovery.k8s.io/v1beta1")),
+    "Pod": ("pods", ("v1",)),  # hostNetwork: true ones only (is_host_network)
 }
 
 
@@ -95,13 +102,17 @@ class Dump:
     """Objects read from dumps, as plain dicts, in reading order.
 
     ``origins`` maps ``id(obj)`` to where it was read (``cluster.yaml: items[3]``), see
-    :meth:`where`; ``skipped`` counts objects of other kinds by kind; ``empty`` names the
-    files without any object (an empty file, a List with no items).
+    :meth:`where`; ``skipped`` counts objects of other kinds by kind (and Pods that are not
+    ``hostNetwork: true``); ``empty`` names the files without any object (an empty file, a
+    List with no items).
     """
 
     nodes: list[dict[str, Any]] = field(default_factory=list)
     services: list[dict[str, Any]] = field(default_factory=list)
     endpoint_slices: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    """The ``hostNetwork: true`` Pods (docs/design.md §4.9: their ``containerPort`` blocks
+    the addresses of their node)."""
     origins: dict[int, str] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     empty: list[str] = field(default_factory=list)
@@ -109,6 +120,10 @@ class Dump:
     kube_proxy: dict[str, Any] | None = None
     """kubeadm's ConfigMap ``kube-system/kube-proxy`` when the input holds it (the last
     one read), else ``None`` (docs/design.md §4.10)."""
+    warnings: list[str] = field(default_factory=list)
+    """What the reader could not read and what the answer lacks for it, one line each
+    without the ``Warning:`` prefix (the live read's fallbacks on a 403,
+    :mod:`app.preview.live`); ``node-ipam-lb preview`` prints them on stderr."""
 
     def where(self, obj: Mapping[str, Any]) -> str:
         """Where ``obj`` was read, e.g. ``cluster.yaml: items[3] (Node kind-worker)``."""
@@ -124,6 +139,8 @@ class DumpViews:
     nodes: list[NodeView]
     services: list[ServiceView]
     endpoint_slices: list[EndpointSliceView]
+    pods: list[PodView] = field(default_factory=list)
+    """The host-network Pods, for the port index (docs/design.md §4.9)."""
     duplicates: list[str] = field(default_factory=list)
     """One line per object read more than once (same kind, namespace and name), naming
     it and where the copy that wins was read."""
@@ -288,6 +305,14 @@ def is_kube_proxy_config_map(obj: Mapping[str, Any]) -> bool:
     return (meta.get("namespace"), meta.get("name")) == CONFIG_MAP
 
 
+def is_host_network(obj: Mapping[str, Any]) -> bool:
+    """True when Pod ``obj`` has ``spec.hostNetwork: true``: the Pods the controller's
+    informer lists (``fieldSelector=spec.hostNetwork=true``, ``app.kube.client``) and the
+    only ones whose ``containerPort`` holds a port of their node (docs/design.md §4.9)."""
+    spec = obj.get("spec")
+    return isinstance(spec, Mapping) and spec.get("hostNetwork") is True
+
+
 def load_dump(paths: Sequence[str]) -> Dump:
     """Read every file of ``paths`` (``"-"`` = standard input) into a :class:`Dump`.
 
@@ -314,8 +339,12 @@ def load_dump(paths: Sequence[str]) -> Dump:
                     dump.origins[id(obj)] = f"{origin} ({_describe(obj)})"
                     continue
                 attr, versions = _KINDS.get(kind, ("", ()))
-                if not attr or obj.get("apiVersion", versions[0]) not in versions:
-                    # e.g. a Pod, or a Knative serving.knative.dev/v1 Service
+                if (
+                    not attr
+                    or obj.get("apiVersion", versions[0]) not in versions
+                    or (kind == "Pod" and not is_host_network(obj))
+                ):
+                    # e.g. a Pod on the Pod network, or a Knative serving.knative.dev/v1 Service
                     dump.skipped[kind] = dump.skipped.get(kind, 0) + 1
                     continue
                 getattr(dump, attr).append(obj)
@@ -371,6 +400,11 @@ def project(
             eps = endpoint_slice_view(obj)
             slices[eps.namespace, eps.name] = eps
             keep("EndpointSlice", eps.namespace, eps.name, obj)
+        pods = {}
+        for obj in dump.pods:
+            pod = pod_view(obj)
+            pods[pod.namespace, pod.name] = pod
+            keep("Pod", pod.namespace, pod.name, obj)
     except ViewError as err:
         raise DumpError(f"{dump.where(obj)}: {err}") from None
     duplicates = [
@@ -384,5 +418,6 @@ def project(
         nodes=[nodes[k] for k in sorted(nodes)],
         services=[services[k] for k in sorted(services)],
         endpoint_slices=list(slices.values()),
+        pods=list(pods.values()),
         duplicates=duplicates,
     )

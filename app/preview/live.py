@@ -3,11 +3,21 @@
 The objects come through the client layer (:mod:`app.kube.client`), found like ``kubectl``
 finds its cluster (:func:`app.kube.client.connect`), and are then projected
 and selected by the same code as a dump (:func:`app.core.dump.project`,
-:func:`app.core.nodeipam.select`). Only what the :class:`~app.preview.run.Scope` needs is
-read: every Node (selection reads them all), and the Services and EndpointSlices of the
-namespace (all namespaces with ``-A``), or of each named Service; and kubeadm's ConfigMap
-``kube-system/kube-proxy`` when it can be read (kube-proxy's mode, docs/design.md §4.10:
-a 403 or any other failure of that one read leaves the mode unknown, never the preview).
+:func:`app.core.nodeipam.select`). Read, whatever the :class:`~app.preview.run.Scope`
+(which only picks the Services shown), as the controller's informers read them: every
+Node (selection reads them all), the Services and EndpointSlices of all namespaces and
+the ``hostNetwork: true`` Pods of all namespaces (``fieldSelector=spec.hostNetwork=true``),
+since port ownership is decided against every Service and host-network Pod
+(docs/design.md §4.9); and kubeadm's ConfigMap ``kube-system/kube-proxy`` when it can be
+read (kube-proxy's mode, docs/design.md §4.10: a 403 or any other failure of that one
+read leaves the mode unknown, never the preview).
+
+A user who may not list cluster-wide (RBAC: 403) still gets a preview, with one
+``Warning:`` line (:attr:`Dump.warnings <app.core.dump.Dump.warnings>`) saying what the
+answer lacks and which permission would fix it: Services and EndpointSlices are then read
+as the scope names them (those of the namespace, or each named Service and its slices),
+and host-network Pods not at all. With ``-A`` the cluster-wide list is the scope's own
+read, and a 403 there stays an error.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from typing import Any
 
 from app.core.dump import Dump, DumpError
 from app.core.kubeproxy import CONFIG_MAP
+from app.core.text import elide
 from app.kube.client import (
     ApiError,
     ConnectError,
@@ -26,6 +37,7 @@ from app.kube.client import (
 from app.preview.run import Scope
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+FORBIDDEN = 403
 
 
 class LiveCluster:
@@ -50,31 +62,35 @@ class LiveCluster:
         self._host = str(getattr(getattr(api_client, "configuration", None), "host", ""))
 
     def read(self, scope: Scope) -> Dump:
-        """The Nodes, Services and EndpointSlices ``scope`` needs, as a :class:`Dump`.
+        """Every Node, and the Services, EndpointSlices and host-network Pods of all
+        namespaces, as a :class:`Dump` (``scope`` picks only what is shown, and what is
+        read when a cluster-wide list is forbidden: see the module docstring).
+
+        A 403 on the cluster-wide Services or EndpointSlices (unless ``scope`` is every
+        namespace) falls back to the scope's own reads; a 403 on the Pods reads none;
+        each adds one line to ``Dump.warnings``.
 
         Raises:
-            DumpError: an API call failed (``<server>: <status>: <message>``, e.g. a 403
-                naming the missing permission).
+            DumpError: any other failed API call, or a 403 on a read the scope itself needs
+                (``<server>: <status>: <message>``, e.g. naming the missing permission).
         """
         dump = Dump()
         try:
             dump.nodes = self._api.list_items("nodes")
-            if scope.names:
-                for ns, name in scope.names:
-                    namespace = ns or scope.namespace or self.namespace
-                    svc = self._api.read_service(namespace=namespace, name=name)
-                    if svc is not None:
-                        dump.services.append(svc)
-                        dump.endpoint_slices += self._api.list_items(
-                            "endpointslices",
-                            namespace=namespace,
-                            label_selector=f"{SERVICE_NAME_LABEL}={name}",
-                        )
-            else:
-                dump.services = self._api.list_items("services", namespace=scope.namespace)
-                dump.endpoint_slices = self._api.list_items(
-                    "endpointslices", namespace=scope.namespace
-                )
+            try:
+                dump.services = self._api.list_items("services")
+                dump.endpoint_slices = self._api.list_items("endpointslices")
+            except ApiError as err:
+                if err.status != FORBIDDEN or (scope.namespace is None and not scope.names):
+                    raise
+                dump.services, dump.endpoint_slices = self._scoped(scope)
+                dump.warnings.append(_scoped_warning(scope, err))
+            try:
+                dump.pods = self._api.list_items("pods")
+            except ApiError as err:
+                if err.status != FORBIDDEN:
+                    raise
+                dump.warnings.append(_no_pods_warning(err))
         except ApiError as err:
             raise DumpError(f"{self._host}: {err}") from err
         dump.kube_proxy = self._kube_proxy()
@@ -82,12 +98,40 @@ class LiveCluster:
             ("Node", dump.nodes),
             ("Service", dump.services),
             ("EndpointSlice", dump.endpoint_slices),
+            ("Pod", dump.pods),
         ):
             for obj in objects:
                 meta = obj.get("metadata") or {}
                 shown = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p)
                 dump.origins[id(obj)] = f"{self._host} ({kind} {shown})"
         return dump
+
+    def _scoped(self, scope: Scope) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The Services and EndpointSlices of ``scope`` only: those of its namespace, or
+        each named Service and the slices labelled with its name.
+
+        Raises:
+            ApiError: a failed call (a named Service that does not exist is left out; the
+                preview says it was not found).
+        """
+        if not scope.names:
+            return (
+                self._api.list_items("services", namespace=scope.namespace),
+                self._api.list_items("endpointslices", namespace=scope.namespace),
+            )
+        services: list[dict[str, Any]] = []
+        slices: list[dict[str, Any]] = []
+        for ns, name in scope.names:
+            namespace = ns or scope.namespace or self.namespace
+            svc = self._api.read_service(namespace=namespace, name=name)
+            if svc is not None:
+                services.append(svc)
+                slices += self._api.list_items(
+                    "endpointslices",
+                    namespace=namespace,
+                    label_selector=f"{SERVICE_NAME_LABEL}={name}",
+                )
+        return services, slices
 
     def _kube_proxy(self) -> dict[str, Any] | None:
         """kubeadm's ConfigMap ``kube-system/kube-proxy``, or ``None``: absent (not a
@@ -98,3 +142,28 @@ class LiveCluster:
             return self._api.read_config_map(namespace=namespace, name=name)
         except ApiError:
             return None
+
+
+def _scoped_warning(scope: Scope, err: ApiError) -> str:
+    """The line saying port ownership was decided against the scope's Services only."""
+    if scope.names:
+        against = "the named Services only"
+    else:
+        against = f'the Services of namespace "{scope.namespace}" only'
+    return (
+        f"cannot list services and endpointslices in all namespaces ({elide(str(err), 300)}):"
+        f" port ownership (docs/design.md §4.9) was decided against {against}, so a Service"
+        " of another namespace holding the same port is not seen; to decide it against every"
+        " Service, as the controller does, grant list on services and"
+        " endpointslices.discovery.k8s.io cluster-wide (a ClusterRole)"
+    )
+
+
+def _no_pods_warning(err: ApiError) -> str:
+    """The line saying host-network Pods were not read."""
+    return (
+        f"cannot list pods in all namespaces ({elide(str(err), 300)}): host-network Pods were"
+        " not read, so none of their containerPorts blocks a node address here as it does"
+        " in the controller (port ownership, docs/design.md §4.9); to include them, grant"
+        " list on pods cluster-wide (a ClusterRole)"
+    )

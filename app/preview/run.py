@@ -2,9 +2,10 @@
 (docs/design.md §8).
 
 Input: ``-f`` files (what ``kubectl get nodes,services,endpointslices -A -o yaml|json``
-prints), or without ``-f`` the live cluster (:mod:`app.preview.live`). Which Services are
-shown is a :class:`Scope` (``kubectl get`` semantics: ``NAME``, ``NAMESPACE/NAME``, ``-n``,
-``-A``).
+prints, and the host-network Pods, :data:`PODS_DUMP_COMMAND`), or without ``-f`` the live
+cluster (:mod:`app.preview.live`). Which Services are shown is a :class:`Scope`
+(``kubectl get`` semantics: ``NAME``, ``NAMESPACE/NAME``, ``-n``, ``-A``); port ownership
+is decided against every Service read, whatever the scope (docs/design.md §4.9).
 
 Output formats: ``table`` (like ``kubectl get svc``: NAMESPACE, NAME, CLASS, EXTERNAL-IP,
 REASON), ``wide`` (adds CURRENT, the stored ``status.loadBalancer.ingress``, CHANGE,
@@ -14,7 +15,9 @@ streamed item by item by :mod:`app.preview.output`). Warnings go to stderr as
 ``Warning: ...`` lines like kubectl's, each distinct text once (a bad Node address is one
 line, naming how many Services it touches); with kube-proxy in ipvs mode and ipMode VIP
 (kubeadm's ConfigMap ``kube-system/kube-proxy``, read live or held by a dump;
-docs/design.md §4.10) one more line says what breaks. With no Service to show, the
+docs/design.md §4.10) one more line says what breaks; so does each line of
+:attr:`Dump.warnings <app.core.dump.Dump.warnings>` (what a live read was not allowed to
+list, and what the answer lacks for it). With no Service to show, the
 table form prints nothing on stdout and ``No resources found[ in NS namespace].`` on
 stderr, exit 0, as kubectl does; a file without any object also gets a ``Warning: FILE:
 no Kubernetes objects`` line. Long values in table cells are cut in the middle
@@ -118,8 +121,9 @@ def preview_dump(
 ) -> Iterator[Selection]:
     """One :class:`Selection` per Service of ``views`` in ``scope`` (default all), in
     namespace/name order, computed as it is consumed (a 5,000-node Selection holds 5,000
-    verdicts), after port ownership (docs/design.md §4.9) against every Service of
-    ``views``, whatever the scope."""
+    verdicts), after port ownership (docs/design.md §4.9) against every Service and
+    host-network Pod of ``views``, whatever the scope, fed to the port index as the
+    controller's cache feeds it (keys ``namespace/name``, :mod:`app.controller.cache`)."""
     by_service: dict[tuple[str, str | None], list[EndpointSliceView]] = defaultdict(list)
     for s in views.endpoint_slices:
         by_service[s.namespace, s.service_name].append(s)
@@ -127,6 +131,8 @@ def preview_dump(
     ports = PortIndex(lambda view: is_managed(view, settings)[0])
     for svc in views.services:
         ports.put_service(f"{svc.namespace}/{svc.name}", None, svc)
+    for pod in views.pods:
+        ports.put_pod(f"{pod.namespace}/{pod.name}", None, pod)
     candidates: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def selection_of(svc: ServiceView) -> Selection:
@@ -239,6 +245,13 @@ def warning_lines(selections: Sequence[Selection]) -> list[str]:
 
 
 DUMP_COMMAND = "kubectl get nodes,services,endpointslices -A -o yaml"
+PODS_DUMP_COMMAND = "kubectl get pods -A --field-selector spec.hostNetwork=true -o yaml"
+"""The host-network Pods of a dump (docs/design.md §4.9), in a file of their own: two
+``kubectl -o yaml`` outputs written one after the other are not one YAML document."""
+DUMP_ADVICE = (
+    f"dump them with {DUMP_COMMAND}, and the host-network Pods with {PODS_DUMP_COMMAND}"
+    " (one -f per output)"
+)
 
 
 def incomplete_dump_warnings(views: DumpViews, settings: SelectionSettings) -> list[str]:
@@ -250,12 +263,12 @@ def incomplete_dump_warnings(views: DumpViews, settings: SelectionSettings) -> l
     listed whole."""
     lines = []
     if views.services and not views.nodes:
-        lines.append(f"Warning: the input has no Nodes: dump them with {DUMP_COMMAND}")
+        lines.append(f"Warning: the input has no Nodes: {DUMP_ADVICE}")
     if not views.endpoint_slices and any(
         svc.external_traffic_policy == LOCAL and is_managed(svc, settings)[0]
         for svc in views.services
     ):
-        lines.append(f"Warning: the input has no EndpointSlices: dump them with {DUMP_COMMAND}")
+        lines.append(f"Warning: the input has no EndpointSlices: {DUMP_ADVICE}")
     return lines
 
 
@@ -301,6 +314,8 @@ def run_preview(
         return EXIT_UNUSABLE
     for name in dump.empty:
         print(f"Warning: {name}: no Kubernetes objects", file=stderr)
+    for line in dump.warnings:
+        print(f"Warning: {line}", file=stderr)
     if source is None:
         for line in incomplete_dump_warnings(views, selection_settings):
             print(line, file=stderr)

@@ -45,6 +45,34 @@ def test_unknown_kinds_are_counted(write: Write) -> None:
     assert len(dump.nodes) == 1
 
 
+def test_only_host_network_pods_are_kept_and_projected(write: Write) -> None:
+    """What ``kubectl get pods -A --field-selector spec.hostNetwork=true`` keeps
+    (docs/design.md §4.9); a Pod on the Pod network, or of another apiVersion, is skipped."""
+
+    def pod(name: str, host_network: object, api_version: str = "v1") -> dict[str, object]:
+        spec = {"nodeName": "n1", "containers": [{"name": "c", "ports": [{"containerPort": 9100}]}]}
+        if host_network is not None:
+            spec["hostNetwork"] = host_network
+        meta = {"name": name, "namespace": "monitoring"}
+        return {"apiVersion": api_version, "kind": "Pod", "metadata": meta, "spec": spec}
+
+    path = write(
+        yaml.safe_dump_all(
+            [pod("exporter", True), pod("web", None), pod("off", False),
+             pod("quoted", "true"), pod("other", True, "example.com/v1"), pod("exporter", True)]
+        )
+    )  # fmt: skip
+    dump = load_dump([path])
+    assert [o["metadata"]["name"] for o in dump.pods] == ["exporter", "exporter"]
+    assert dump.skipped == {"Pod": 4}
+    assert dump.where(dump.pods[0]) == f"{path}: document 1 (Pod monitoring/exporter)"
+    views = load_views([path])
+    assert [(p.name, p.node_name, p.ports) for p in views.pods] == [
+        ("exporter", "n1", (("TCP", 9100),))
+    ]
+    assert views.duplicates[0].startswith("Pod monitoring/exporter is in the input 2 times")
+
+
 def test_later_file_wins_and_views_are_sorted(write: Write) -> None:
     first = write(
         yaml.safe_dump_all([node_obj("b", internal=["10.0.0.1"]), node_obj("a")]), "1.yaml"

@@ -11,14 +11,13 @@ from tests.core.builders import endpoint, node_obj, service_obj
 from tests.preview.conftest import preview
 
 Write = Callable[..., str]
-NO_NODES = (
-    "Warning: the input has no Nodes: dump them with"
-    " kubectl get nodes,services,endpointslices -A -o yaml"
+ADVICE = (
+    "dump them with kubectl get nodes,services,endpointslices -A -o yaml, and the"
+    " host-network Pods with kubectl get pods -A --field-selector spec.hostNetwork=true"
+    " -o yaml (one -f per output)"
 )
-NO_SLICES = (
-    "Warning: the input has no EndpointSlices: dump them with"
-    " kubectl get nodes,services,endpointslices -A -o yaml"
-)
+NO_NODES = f"Warning: the input has no Nodes: {ADVICE}"
+NO_SLICES = f"Warning: the input has no EndpointSlices: {ADVICE}"
 
 
 def as_list(*objects: object) -> str:

@@ -41,7 +41,8 @@ def test_kubeconfig_flag_all_namespaces_and_one_name(
     run = preview(*flag, "nginx-local", "-o", "wide")
     assert [r["NAME"] for r in parse_table(run.stdout)] == ["nginx-local"]
     requests = live.requests()
-    assert requests.get("get services") == 1 and "list services" not in requests
+    # Listed cluster-wide, the one named shown: port ownership reads every Service.
+    assert requests.get("list services") == 1 and "get services" not in requests
     assert requests.get("list endpointslices") == 1
 
 
@@ -81,8 +82,7 @@ def test_kubectl_runs_it_as_the_node_ipam_plugin(live: FakeApiServer) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     [row] = parse_table(done.stdout)
-    assert (row["NAME"], row["EXTERNAL-IP"], row["CHANGE"]) == (
-        "nginx-one-node",
-        "10.89.0.7",
-        "yes",
-    )
+    # Alone it would get 10.89.0.7; previewed by name it still meets the Service that
+    # owns TCP/80 there (docs/design.md §4.9), as the controller would.
+    assert (row["NAME"], row["EXTERNAL-IP"], row["CHANGE"]) == ("nginx-one-node", "<pending>", "no")
+    assert row["REASON"].endswith("TCP/80 on 10.89.0.7: owned by Service default/nginx-cluster")

@@ -59,7 +59,7 @@ def test_per_node_address_fallback_flag(write: Write) -> None:
     )
     run = preview("-f", path)
     assert parse_table(run.stdout)[0]["EXTERNAL-IP"] == "203.0.113.1"
-    assert "per_node_address_fallback" in run.stderr
+    assert "setting per-node-address-fallback" in run.stderr
     run = preview("-f", path, "--per-node-address-fallback")
     assert parse_table(run.stdout)[0]["EXTERNAL-IP"] == "10.0.0.2,203.0.113.1"
 
