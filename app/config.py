@@ -319,9 +319,14 @@ def unknown_environment(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def effective(settings: SelectionConfig) -> dict[str, Any]:
-    """The settings as JSON-ready values (paths as text), for one start-up log line.
+    """The settings as JSON-ready values (paths as text), for one start-up log line, each
+    under the name users set it by: the ``serve`` flag without ``--``, which is also the
+    Helm value ``settings.<name>`` (``per-node-address-fallback``, not the Python field
+    ``per_node_address_fallback``).
 
     No field is a secret (tokens and keys are read from files whose *paths* are
     settings), so every field is shown.
     """
-    return settings.model_dump(mode="json")
+    return {
+        name.replace("_", "-"): value for name, value in settings.model_dump(mode="json").items()
+    }

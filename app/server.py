@@ -34,6 +34,7 @@ from app.web.healthprobe import HEAD_DEADLINE_SECONDS, HealthProbeServer, start_
 
 if TYPE_CHECKING:
     from app.web.certsync import CertSync
+    from app.web.webhookready import CaBundleReadiness
 
 log = logging.getLogger("node_ipam_lb.server")
 
@@ -114,9 +115,11 @@ def tls_context(settings: Settings, *, workdir: Path) -> tls.ReloadingContext:
         log_event(
             log,
             "generated a self-signed serving certificate",
+            level=logging.INFO,
             ca_sha256=ca.fingerprint(),
             dns_names=names,
-            ca_bundle_out=str(settings.ca_bundle_out or ""),
+            # A setting under its flag name, as users set it (tests/test_user_messages.py).
+            **{"ca-bundle-out": str(settings.ca_bundle_out or "")},
         )
         if settings.ca_bundle_out is not None:
             try:
@@ -182,11 +185,20 @@ def build(
         # caBundle is the leader's to write: write it as soon as this replica leads.
         controller.on_started_leading(certs.wake)
     reloading = tls_context(settings, workdir=workdir)
+    in_force = _webhook_readiness(
+        settings, api_client=api_client, served=reloading.served_certificate
+    )
+    if in_force is not None:
+        if certs is not None:
+            # A caBundle or file write is checked at once, not at the next tick.
+            certs.on_change(in_force.wake)
+        in_force.start()
     app = create_app(
         settings,
         controller=controller,
         authorizer=authorizer,
-        background=[certs] if certs is not None else [],
+        background=[task for task in (certs, in_force) if task is not None],
+        readiness=[in_force] if in_force is not None else [],
         start_worker=True,
         kube_proxy_hazard=controller.kube_proxy_hazard,
     )
@@ -208,11 +220,13 @@ def build(
     log_event(
         log,
         "serving",
+        level=logging.INFO,
         address=f"https://{settings.bind_address}:{settings.port}",
         identity=identity,
         auth=auth,
         webhook=settings.webhook,
-        default_lb_service_ipam=settings.default_lb_service_ipam,
+        # A setting under its flag name, as users set it (tests/test_user_messages.py).
+        **{"default-lb-service-ipam": settings.default_lb_service_ipam},
     )
     return controller, app, config
 
@@ -383,6 +397,20 @@ def _self_managed_certificates(
         raise StartupError(f"invalid setting: {err}") from err
     except CertSyncError as err:
         raise StartupError(str(err)) from err
+
+
+def _webhook_readiness(
+    settings: Settings, *, api_client: Any, served: Callable[[], bytes]
+) -> CaBundleReadiness | None:
+    """``/readyz``'s "webhook in force" check (app/web/webhookready.py), not started, or
+    ``None`` where readiness does not depend on a caBundle (``--webhook false``, or a
+    generated certificate: :meth:`CaBundleReadiness.from_settings`)."""
+    from app.kube.client import KubernetesAPI
+    from app.web.webhookready import READ_TIMEOUT_SECONDS, CaBundleReadiness
+
+    timeout = min(settings.request_timeout_seconds, READ_TIMEOUT_SECONDS)
+    api = KubernetesAPI(api_client, request_timeout=timeout)
+    return CaBundleReadiness.from_settings(settings, api=api, served=served)
 
 
 def _self_signed_names(bind_address: str) -> list[str]:

@@ -40,3 +40,76 @@ def test_readme_names_every_settings_flag_of_preview() -> None:
     # enable_node_ipam is Cilium's on/off switch: preview has no flag for it.
     settings = {f.replace("_", "-") for f in SelectionConfig.model_fields} - {"enable-node-ipam"}
     assert named == settings
+
+
+DEPLOY_README = (ROOT / "deploy/README.md").read_text()
+
+
+def _section(title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", DEPLOY_README, re.M | re.S)
+    assert match, title
+    return match.group(1)
+
+
+def test_verify_quotes_the_denial_as_kubectl_prints_it() -> None:
+    """kubectl v1.32 prints an API error as ``Error from server (<reason>): <message>``
+    (``cmdutil.StandardErrorMessage``), and kube-apiserver prefixes a webhook's message
+    with ``admission webhook "<name>" denied the request: ``."""
+    from app.core import admission
+    from app.core.options import SelectionSettings
+
+    verify = _section("Verify")
+    command = "kubectl annotate svc echo 'io.cilium.nodeipam/match-node-labels=role in (edge'"
+    assert command in verify
+    quoted = verify.split(command, 1)[1].split("```", 1)[0]
+    printed = " ".join(line.removeprefix("# ").strip() for line in quoted.strip().splitlines())
+    echo = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "echo",
+            "namespace": "default",
+            "annotations": {"io.cilium.nodeipam/match-node-labels": "role in (edge"},
+        },
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": "io.cilium/node"},
+    }
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u",
+            "kind": {"group": "", "version": "v1", "kind": "Service"},
+            "operation": "UPDATE",
+            "object": echo,
+            "oldObject": {**echo, "metadata": {"name": "echo", "namespace": "default"}},
+        },
+    }
+    decision = admission.validate(
+        admission.parse_review(body), settings=SelectionSettings(), snapshot=None
+    )
+    assert printed == (
+        'Error from server (Forbidden): admission webhook "validate.node-ipam-lb.io" denied'
+        f" the request: {decision.message}"
+    )
+
+
+def test_uninstall_removes_the_bindings_the_metrics_and_preview_sections_create() -> None:
+    created = re.findall(r"kubectl create clusterrolebinding (\S+)", DEPLOY_README)
+    assert len(created) == 2, created
+    uninstall = _section("Uninstall")
+    for name in created:
+        assert re.search(rf"kubectl delete clusterrolebinding .*\b{name}\b", uninstall), name
+
+
+def test_the_helm_example_marks_its_registry_as_a_placeholder_and_names_the_default() -> None:
+    from app import __version__
+
+    helm = _section("Install with Helm")
+    assert "--set image.repository=registry.example.org/node-ipam-lb   # placeholder" in helm
+    assert f"the chart's default image is `node-ipam-lb:{__version__}`" in helm
+
+
+def test_the_metrics_how_to_reaches_the_lease_holder() -> None:
+    metrics = _section("Metrics")
+    assert "port-forward deployment/" not in metrics
+    assert "{.spec.holderIdentity}" in metrics and 'port-forward "pod/${LEADER%_*}"' in metrics

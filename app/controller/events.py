@@ -26,14 +26,20 @@ per-object spam filter of ``tools/record``):
   at the first send of every leadership term from one List of this controller's Warning
   Events (``fieldSelector=reportingController=...,type=Warning``), so an unchanged
   Warning after a restart or failover is never created again. Whether the start writes
-  at all (docs/design.md §5): a Warning whose listed Event was last observed less than
+  at all (docs/design.md §5): a Warning that is the *first* outcome of its slot in the
+  term (it held when the term started) and whose listed Event was last observed less than
   ``series_refresh_seconds`` (30 min) before is the same occurrence still holding, and
   nothing is sent (a restart of a synced cluster writes no Event); an older one gets a
   series update (``count`` + 1, ``lastObservedTime`` now), as client-go's refresh would
   send a series that kept occurring, so the Event shows the condition still holds and does
-  not age out (``--event-ttl``). Within a term, every repeat is a new occurrence.
-  Normal Events (``IPsAssigned``) are not listed: one only accompanies a status write,
-  which a restart of a synced cluster never makes, so the List stays small. A series
+  not age out (``--event-ttl``). Within a term, every repeat is a new occurrence, and so
+  is a listed Warning that comes back after the term started with another outcome in its
+  slot (addresses, ``record_only`` or not, or the condition cleared): it did not hold at
+  the start, so its series is counted at once.
+  Normal Events are not listed: ``IPsAssigned`` and ``ExternalIPPreferred`` only
+  accompany a status write, which a restart of a synced cluster never makes, and
+  ``WaitingForEndpoints`` lasts the first minutes of a new Service (a term starting then
+  says it once more), so the List stays small. A series
   whose Event is gone (404, e.g. the 1 h ``--event-ttl``) is created again, as
   client-go does. The note is immutable once created, so it is part of the key.
 - Events are ``events.k8s.io/v1`` (``reportingController``/``reportingInstance``); if that
@@ -84,8 +90,8 @@ DEFER_POLL_SECONDS = 0.05
 SERIES_REFRESH_SECONDS = 1800.0
 """How often pending series counts are sent (client-go ``refreshTime``, 30 min)."""
 STATUS_SLOT = "status"
-"""The slot of the status outcome: ``IPsAssigned``, ``NoEligibleNodes``,
-``InvalidNodeSelector``."""
+"""The slot of the status outcome: ``IPsAssigned``, ``WaitingForEndpoints``,
+``NoEligibleNodes``, ``InvalidNodeSelector``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +180,7 @@ class _Queued:
     term: int
     uid: str = ""
     queued_at: float = 0.0  # monotonic; how long it has waited behind ``defer``
+    first: bool = False  # the first outcome of its slot in the term: held at its start
 
 
 class EventRecorder:
@@ -258,6 +265,7 @@ class EventRecorder:
                 said = self._last[service] = {}
             elif said.get(slot) == event:
                 return False
+            first = slot not in said
             said[slot] = event
             if record_only:
                 return False
@@ -265,14 +273,22 @@ class EventRecorder:
             if cause is None:
                 self._queue.append(
                     _Queued(
-                        namespace, name, event, self._clock(), self._term, uid, self._monotonic()
+                        namespace,
+                        name,
+                        event,
+                        self._clock(),
+                        self._term,
+                        uid,
+                        self._monotonic(),
+                        first,
                     )
                 )
                 self._cond.notify()
                 return True
             if cause == "queue_full":
-                # Not said: a later reconcile of this Service may say it again.
-                del said[slot]
+                # Not said: a later reconcile of this Service may say it again (the slot
+                # stays observed: that later one is not what held at the term's start).
+                said[slot] = _UNSAID
         metrics.EVENTS_DROPPED.labels(cause).inc()
         return False
 
@@ -289,13 +305,28 @@ class EventRecorder:
         self._tokens[service] = (tokens - 1.0, now)
         return None
 
-    def clear(self, namespace: str, name: str, slot: str) -> None:
-        """Forget what was last said in ``slot`` of Service ``namespace/name`` (the
-        condition ended: when it comes back it is said again)."""
+    def clear(self, namespace: str, name: str, slot: str, *, observed: bool = True) -> None:
+        """Forget what was last said in ``slot`` of Service ``namespace/name``: the
+        condition does not hold (when it comes back it is said again, and counted as a
+        new occurrence even when an earlier term's Event of it is listed: it did not hold
+        all along since the term started). ``observed`` false: nothing is known about it
+        yet (the slot is as if never seen in this term, so the condition's first report
+        may still be the one that held at the term's start)."""
         with self._cond:
             said = self._last.get(f"{namespace}/{name}")
-            if said is not None:
+            if said is None:
+                said = self._last[f"{namespace}/{name}"] = {}
+            if observed:
+                said[slot] = _UNSAID
+            else:
                 said.pop(slot, None)
+
+    def last_said(self, namespace: str, name: str, slot: str) -> ServiceEvent | None:
+        """What was last said (or recorded) in ``slot`` of Service ``namespace/name`` in
+        this term; ``None`` when nothing was, or the slot was cleared."""
+        with self._cond:
+            event = (self._last.get(f"{namespace}/{name}") or {}).get(slot)
+        return None if event is _UNSAID else event
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop the memory of Service ``namespace/name`` (it was deleted): what was said,
@@ -447,9 +478,11 @@ class EventRecorder:
             return
         if series.listed:
             series.listed = False
-            if item.observed - series.last_observed < self._refresh:
-                # The condition the Event records still holds at this term's start and
-                # the Event is recent: the same occurrence, not a new one. Nothing to say.
+            if item.first and item.observed - series.last_observed < self._refresh:
+                # The condition the Event records held at this term's start (the slot's
+                # first outcome in the term) and the Event is recent: the same
+                # occurrence, not a new one. Nothing to say. After another outcome in
+                # the slot it is a new occurrence: counted below.
                 return
         series.count += 1
         series.last_observed = item.observed
@@ -706,3 +739,6 @@ class EventRecorder:
 
 _FORGET = ServiceEvent("", "", "", "")
 """Queue marker: drop the series of a deleted Service (in queue order)."""
+_UNSAID = ServiceEvent("", "", "", "not said")
+"""Slot marker: the slot was observed in this term with nothing standing said in it (the
+condition cleared, or its Event dropped because the queue was full)."""

@@ -210,7 +210,7 @@ class LeaderElector:
                     "lease request failed",
                     level=logging.WARNING,
                     error=str(err),
-                    retry_period_seconds=self._retry_period,
+                    **{"retry-period-seconds": self._retry_period},
                 )
             return False
 

@@ -167,7 +167,7 @@ class Controller:
             LOG,
             "controller starting",
             identity=self.identity,
-            leader_elect=self.settings.leader_elect,
+            **{"leader-elect": self.settings.leader_elect},
             workers=self.settings.workers,
         )
         # kube-proxy's mode (docs/design.md §4.10): one read on its own thread, so a slow
@@ -300,7 +300,8 @@ class Controller:
         metrics.KUBE_PROXY_IPVS_HAZARD.set(0 if hazard is None else 1)
         if hazard is None:
             return
-        log_event(LOG, hazard, level=logging.ERROR, mode=mode, ip_mode=self.settings.ip_mode)
+        # A setting under its flag name, as users set it (tests/test_user_messages.py).
+        log_event(LOG, hazard, level=logging.ERROR, mode=mode, **{"ip-mode": self.settings.ip_mode})
         self._kube_proxy_hazard = hazard
         # Services reconciled before the read came back get their Event now (a Service
         # reconciled later reads the hazard itself; the first sync enqueues every one).

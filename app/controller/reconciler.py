@@ -42,6 +42,7 @@ from app.controller.cache import ClusterCache, service_key
 from app.controller.events import (
     NORMAL,
     NOTE_LIMIT_BYTES,
+    STATUS_SLOT,
     WARNING,
     EventRecorder,
     ServiceEvent,
@@ -74,13 +75,21 @@ NAMES_SHOWN = 3
 SELECTOR_SHOWN = 200
 """Characters of a malformed selector an Event note quotes (cut in the middle)."""
 EXTERNAL_IP_SLOT = "external-ip"
-"""Recorder slot of the ``ExternalIPPreferred`` Warning (apart from the status outcome)."""
+"""Recorder slot of the ``ExternalIPPreferred`` Normal Event (apart from the status outcome)."""
 PORT_SLOT = "port-in-use"
 """Recorder slot of the ``PortInUse`` Warning of a Service that keeps some addresses
 (docs/design.md §4.9); one that keeps none says it in the status outcome's slot."""
 KUBE_PROXY_SLOT = "kube-proxy-ipvs"
 """Recorder slot of the ``KubeProxyIPVS`` Warning of a Service that gets addresses while
-kube-proxy runs in ipvs mode and ``ip_mode`` is VIP (docs/design.md §4.10)."""
+kube-proxy runs in ipvs mode and ``ip-mode`` is VIP (docs/design.md §4.10)."""
+ENDPOINT_GRACE_SECONDS = 600.0
+"""How long after its ``creationTimestamp`` a new ``externalTrafficPolicy: Local`` Service
+that was never published may wait for its first ready endpoint with a Normal
+``WaitingForEndpoints`` Event before that is the ``NoEligibleNodes`` Warning
+(docs/design.md §5): the Deployment controller's default ``progressDeadlineSeconds``, the
+time Kubernetes itself gives new Pods before it calls a rollout failed, and less than the
+15 min of the ``NodeIPAMLBServicesPending`` alert, so the Warning exists when it fires."""
+WAITING_FOR_ENDPOINTS = "WaitingForEndpoints"
 
 
 def name_list(names: Sequence[str], shown: int = NAMES_SHOWN) -> str:
@@ -108,14 +117,14 @@ def no_eligible_nodes_note(selection: Selection) -> str:
 
 
 def external_ip_preferred_note(hidden: Sequence[str]) -> str | None:
-    """The ``ExternalIPPreferred`` Warning's note, or ``None`` when the global ExternalIP
+    """The ``ExternalIPPreferred`` Event's note, or ``None`` when the global ExternalIP
     preference (docs/design.md §4.4, Cilium's behaviour without
-    ``per_node_address_fallback``) hides no eligible node.
+    ``per-node-address-fallback``) hides no eligible node.
 
     ``hidden`` holds the names of the Nodes whose verdict is ``ExternalIPPreferred``, in
     verdict order. E.g. ``"2 eligible node(s) are not advertised because other selected
-    nodes have an ExternalIP (ExternalIPPreferred): worker-3, worker-4;
-    per_node_address_fallback advertises their InternalIP"``: the names cut to
+    nodes have an ExternalIP (ExternalIPPreferred): worker-3, worker-4; setting
+    per-node-address-fallback advertises their InternalIP"``: the names cut to
     :data:`NAMES_SHOWN`.
     """
     if not hidden:
@@ -123,8 +132,18 @@ def external_ip_preferred_note(hidden: Sequence[str]) -> str | None:
     return (
         f"{len(hidden)} eligible node(s) are not advertised because other selected nodes"
         f" have an ExternalIP (ExternalIPPreferred): {name_list(hidden)};"
-        " per_node_address_fallback advertises their InternalIP"
+        " setting per-node-address-fallback advertises their InternalIP"
     )
+
+
+def _warning(reason: str, note: str | None) -> ServiceEvent | None:
+    """The ``SelectNodes`` Warning ``reason`` saying ``note``; ``None`` without a note."""
+    return None if note is None else ServiceEvent(WARNING, reason, "SelectNodes", note)
+
+
+def _normal(reason: str, note: str | None) -> ServiceEvent | None:
+    """The ``SelectNodes`` Normal Event ``reason`` saying ``note``; ``None`` without a note."""
+    return None if note is None else ServiceEvent(NORMAL, reason, "SelectNodes", note)
 
 
 def hidden_nodes(selection: Selection) -> list[str]:
@@ -151,8 +170,8 @@ class Outcome:
     """What a reconcile needs from a :class:`~app.core.nodeipam.Selection`, without its
     per-Node verdicts (so it can be kept for many selectors at little memory):
     ``ingress`` (``None`` with ``error``), ``reason``, ``recheck_at`` (epoch seconds or
-    ``None``), the notes of the ``NoEligibleNodes`` and ``ExternalIPPreferred``
-    Warnings (``None`` when they do not apply), and for the state metrics the Selection's
+    ``None``), the notes of the ``NoEligibleNodes`` Warning and the ``ExternalIPPreferred``
+    Normal Event (``None`` when they do not apply), and for the state metrics the Selection's
     ``code`` and how many Nodes are ``selected`` and ``hidden`` (ExternalIPPreferred).
     ``ips`` holds the ingress addresses (the candidates port ownership competes with);
     ``port_note`` says which were not published and why (docs/design.md §4.9)."""
@@ -443,11 +462,13 @@ class Reconciler:
         with self._lock:
             self._errors.pop(key, None)
         wrote = False
-        if self._always_write or ingress_differs(outcome.ingress, self._stored(key, service)):
+        stored = self._stored(key, service)
+        if self._always_write or ingress_differs(outcome.ingress, stored):
             wrote = self._write(key, namespace, name, service.resource_version, outcome)
             if not wrote:
                 return None
-        self._report(namespace, name, outcome, wrote=wrote, uid=service.uid)
+        waiting = self._waiting_until(service, outcome, published=bool(stored), now=now)
+        self._report(namespace, name, outcome, wrote=wrote, uid=service.uid, waiting=waiting)
         self.states.record(
             key,
             metrics.ASSIGNED if outcome.ingress else metrics.PENDING,
@@ -455,9 +476,31 @@ class Reconciler:
             selected=outcome.selected,
             hidden=outcome.hidden,
         )
-        if outcome.recheck_at is None:
+        rechecks = [at for at in (outcome.recheck_at, waiting) if at is not None]
+        if not rechecks:
             return None
-        return max(outcome.recheck_at - now, 0.0)
+        return max(min(rechecks) - now, 0.0)
+
+    def _waiting_until(
+        self, service: ServiceView, outcome: Outcome, *, published: bool, now: float
+    ) -> float | None:
+        """The end (epoch seconds) of the grace a new ``externalTrafficPolicy: Local``
+        Service gets for its first ready endpoint (:data:`ENDPOINT_GRACE_SECONDS` after
+        its ``creationTimestamp``), while it applies; else ``None``.
+
+        It applies while the outcome is empty for ``NoReadyEndpoint`` alone, nothing is
+        published (``published``: the stored ingress holds an address) and this term
+        said nothing else about the Service's status: a Service that had addresses and
+        lost its endpoints (scaled to 0) gets the ``NoEligibleNodes`` Warning at once,
+        and a Warning is never followed by a step back to Normal."""
+        if outcome.ingress or outcome.code != "NoReadyEndpoint" or published:
+            return None
+        if service.created is None or now >= service.created + ENDPOINT_GRACE_SECONDS:
+            return None
+        said = self._recorder.last_said(service.namespace, service.name, STATUS_SLOT)
+        if said is not None and said.reason != WAITING_FOR_ENDPOINTS:
+            return None
+        return service.created + ENDPOINT_GRACE_SECONDS
 
     def _owned(
         self, service: ServiceView, outcome: Outcome, index: NodeIndex, now: float
@@ -572,8 +615,22 @@ class Reconciler:
         return True
 
     def _report(
-        self, namespace: str, name: str, outcome: Outcome, *, wrote: bool, uid: str
+        self,
+        namespace: str,
+        name: str,
+        outcome: Outcome,
+        *,
+        wrote: bool,
+        uid: str,
+        waiting: float | None,
     ) -> None:
+        """Say the outcome (docs/design.md §5). Normal Events are informational and
+        accompany a status write only (so a restart of a synced cluster says nothing):
+        ``IPsAssigned``, and beside it ``ExternalIPPreferred``, Cilium's documented
+        preference at work. Warnings need an operator: ``NoEligibleNodes`` says why a
+        Service stays pending even when nothing is written, except while a new Local
+        Service waits for its first ready endpoint (``waiting``: the end of that grace),
+        which is the Normal ``WaitingForEndpoints``."""
         assert outcome.ingress is not None
         if outcome.ingress:
             ips = ", ".join(entry["ip"] for entry in outcome.ingress)
@@ -581,11 +638,18 @@ class Reconciler:
         elif outcome.port_note is not None:  # every address lost to port ownership (§4.9)
             note = outcome.empty_note or outcome.reason
             event = ServiceEvent(WARNING, outcome.code, "SelectNodes", note)
+        elif waiting is not None:
+            note = outcome.empty_note or outcome.reason
+            event = ServiceEvent(
+                NORMAL,
+                WAITING_FOR_ENDPOINTS,
+                "SelectNodes",
+                f"Waiting for a ready endpoint of this new Service (NoEligibleNodes Warning if"
+                f" none is ready {ENDPOINT_GRACE_SECONDS:.0f} s after its creation): {note}",
+            )
         else:
             note = outcome.empty_note or outcome.reason
             event = ServiceEvent(WARNING, "NoEligibleNodes", "SelectNodes", note)
-        # IPsAssigned only accompanies a write (no burst of Events on every restart);
-        # NoEligibleNodes tells why a Service stays pending even when nothing is written.
         self._recorder.emit(
             namespace=namespace,
             name=name,
@@ -598,27 +662,49 @@ class Reconciler:
             if outcome.port_note is not None and outcome.ingress
             else None
         )
-        self._warn(namespace, name, PORT_SLOT, "PortInUse", port_note, uid)
-        self._warn(
-            namespace, name, EXTERNAL_IP_SLOT, "ExternalIPPreferred", outcome.hidden_note, uid
+        self._say(namespace, name, slot=PORT_SLOT, event=_warning("PortInUse", port_note), uid=uid)
+        self._say(
+            namespace,
+            name,
+            slot=EXTERNAL_IP_SLOT,
+            event=_normal("ExternalIPPreferred", outcome.hidden_note),
+            uid=uid,
+            record_only=not wrote,
         )
         hazard = self._kube_proxy_hazard() if outcome.ingress else None
-        self._warn(namespace, name, KUBE_PROXY_SLOT, "KubeProxyIPVS", hazard, uid)
+        if outcome.ingress and hazard is None:
+            # The mode is one for the whole process and read once, on its own thread: not
+            # known yet, or no hazard. Nothing about this Service ended, so the slot is
+            # not observed (a restart's first reconciles may run before the read).
+            self._recorder.clear(namespace, name, KUBE_PROXY_SLOT, observed=False)
+            return
+        self._say(
+            namespace, name, slot=KUBE_PROXY_SLOT, event=_warning("KubeProxyIPVS", hazard), uid=uid
+        )
 
-    def _warn(
-        self, namespace: str, name: str, slot: str, reason: str, note: str | None, uid: str
+    def _say(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        slot: str,
+        event: ServiceEvent | None,
+        uid: str,
+        record_only: bool = False,
     ) -> None:
-        """A Warning Event ``reason`` with ``note`` in the recorder ``slot`` of the Service,
-        or, with ``note`` ``None``, the slot cleared (the condition no longer holds)."""
-        if note is None:
+        """``event`` in the recorder ``slot`` of the Service (``record_only``: remembered
+        as said, not sent), or, with ``event`` ``None``, the slot cleared (the condition
+        no longer holds)."""
+        if event is None:
             self._recorder.clear(namespace, name, slot)
             return
         self._recorder.emit(
             namespace=namespace,
             name=name,
-            event=ServiceEvent(WARNING, reason, "SelectNodes", note),
+            event=event,
             slot=slot,
             uid=uid,
+            record_only=record_only,
         )
 
     def _invalid_selector(

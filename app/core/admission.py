@@ -230,17 +230,20 @@ def validate(
 
     Denies, in Kubernetes field-error form (``field.Invalid``/``field.Forbidden`` as
     apimachinery renders them; several as an aggregate ``[e1, e2]``): a malformed node
-    selector annotation; a managed Service (§3) with a port in ``reserved-node-ports`` that
+    selector annotation on a managed Service (§3; on any other Service it is a warning,
+    and an UPDATE that makes a Service managed with one is denied); a managed Service
+    with a port in ``reserved-node-ports`` that
     ``reserved-port-exceptions`` does not grant it; and, only when ``snapshot`` has the
     port index (cache synced), a managed Service with a port that another Service holds as
     its allocated ``nodePort`` or ``healthCheckNodePort`` (docs/design.md §4.9: kube-proxy
     captures ``nodeIP:port`` of every address we publish, so such a Service could not be
     published anywhere). On UPDATE each of these is only a warning when the offending value
-    was already in ``oldObject`` (validation ratcheting, KEP-4008), so a Service stored
-    before the rule can still be edited or finalized.
+    was already in ``oldObject`` and ``oldObject`` was managed too (validation
+    ratcheting, KEP-4008), so a Service stored before the rule can still be edited or
+    finalized.
 
-    Warns (each ≤ 120 characters) about: an empty selector (all nodes); the annotation on
-    a Service we do not manage (§3); a managed Service in a namespace that
+    Warns (each ≤ 120 characters) about: an empty selector (all nodes); the annotation,
+    valid or not, on a Service we do not manage (§3); a managed Service in a namespace that
     ``allowed-namespaces`` leaves out (it gets no node address; its ports are then not
     checked); and, only when ``snapshot`` is given, a selector matching no node now,
     ``externalTrafficPolicy: Local`` with no ready endpoint now, and addresses the Service
@@ -281,21 +284,13 @@ def verdict(
         return Decision(), None
     key = settings.match_node_labels_annotation
     value = _annotation(request.object, key, field="request.object")
+    view = _view(request, key=key)
     empty_selector = False
     if value is not None:
         try:
             empty_selector = parse_cached(value).empty()
         except SelectorError as err:
-            message = f"metadata.annotations[{key}]: Invalid value: {go_quote(elide(value))}: {err}"
-            old_value = (
-                _annotation(request.old_object, key, field="request.oldObject")
-                if request.old_object is not None
-                else None
-            )
-            if request.operation == "UPDATE" and old_value == value:
-                return Decision(warnings=(_short(f"{key} is invalid (unchanged): {err}"),)), None
-            return Decision(allowed=False, message=message), None
-    view = _view(request, key=key)
+            return _malformed_selector(request, view, settings, value=value, error=err), None
     if view.deleting:  # finalizer removal: nothing to warn about any more
         return Decision(), None
     managed, why = is_managed(view, settings)
@@ -332,6 +327,53 @@ def verdict(
     if errors:
         return Decision(allowed=False, message=_aggregate(errors)), None
     return Decision(warnings=tuple(warnings)), subject
+
+
+def _malformed_selector(
+    request: AdmissionRequest,
+    view: ServiceView,
+    settings: SelectionSettings,
+    *,
+    value: str,
+    error: SelectorError,
+) -> Decision:
+    """The decision on a node selector annotation that does not parse (docs/design.md §7).
+
+    A Service we manage (§3) is denied in field-error form: the reconciler could not
+    select its nodes. One we do not manage (another ``spec.type`` or
+    ``loadBalancerClass``, or being deleted) is admitted with a warning: the annotation is
+    ignored there, as a valid one is, and another controller's Service is not ours to
+    refuse. On UPDATE the malformed value ratchets (KEP-4008) only when the old object
+    already had it *and was ours*, as the port rules do: an UPDATE that makes a Service
+    ours (``type`` switched to LoadBalancer, or the class set) with a malformed value is
+    denied even when the value is unchanged, since it was only ever admitted as ignored.
+    """
+    key = settings.match_node_labels_annotation
+    managed, why = is_managed(view, settings)
+    if view.deleting:  # finalizer removal: nothing to warn about any more
+        return Decision()
+    if not managed:
+        # The parenthesised detail of is_managed's reason would overflow 120 characters.
+        ignored = _short(f"{key} is ignored: {why.split(' (')[0]}")
+        return Decision(warnings=(ignored, _short(f"{key} is invalid: {error}")))
+    if request.operation == "UPDATE" and request.old_object is not None:
+        old_value = _annotation(request.old_object, key, field="request.oldObject")
+        if old_value == value and _was_managed(request, settings):
+            return Decision(warnings=(_short(f"{key} is invalid (unchanged): {error}"),))
+    message = f"metadata.annotations[{key}]: Invalid value: {go_quote(elide(value))}: {error}"
+    return Decision(allowed=False, message=message)
+
+
+def _was_managed(request: AdmissionRequest, settings: SelectionSettings) -> bool:
+    """True when the request's ``oldObject`` (an UPDATE's) was a Service we manage; an
+    absent or unreadable old object was not (it ratchets nothing)."""
+    if request.old_object is None:
+        return False
+    try:
+        old = _object_view(request, request.old_object, key=settings.match_node_labels_annotation)
+    except ViewError:
+        return False
+    return is_managed(old, settings)[0]
 
 
 def cluster_verdict(
@@ -535,15 +577,9 @@ def _subject(request: AdmissionRequest, view: ServiceView, settings: SelectionSe
     in this UPDATE (``type`` switched to LoadBalancer) never published them."""
     assert request.object is not None
     ratcheted: frozenset[PortKey] = frozenset()
-    if request.operation == "UPDATE" and request.old_object is not None:
-        try:
-            old = _object_view(
-                request, request.old_object, key=settings.match_node_labels_annotation
-            )
-        except ViewError:
-            old = None  # an unreadable old object ratchets nothing
-        if old is not None and is_managed(old, settings)[0]:
-            ratcheted = frozenset((p, n) for _, p, n in _spec_ports(request.old_object))
+    old_object = request.old_object
+    if request.operation == "UPDATE" and old_object is not None and _was_managed(request, settings):
+        ratcheted = frozenset((p, n) for _, p, n in _spec_ports(old_object))
     metadata = request.object.get("metadata") or {}
     named = isinstance(metadata.get("name"), str) and bool(metadata.get("name"))
     return Subject(view=view, ports=_spec_ports(request.object), ratcheted=ratcheted, named=named)

@@ -478,7 +478,7 @@ def _advertise(
         warnings.append(
             f"{hidden} eligible node(s) without an ExternalIP of family"
             f" {family_names(wanted)} are not advertised because other nodes have one"
-            " (option per_node_address_fallback advertises their InternalIP)"
+            " (setting per-node-address-fallback advertises their InternalIP)"
         )
     mode = settings.ip_mode
     ingress: list[dict[str, str]] = []

@@ -42,7 +42,7 @@ _STATIC_REASONS = {
     ),
     "ExternalIPPreferred": (
         "has no ExternalIP of a wanted family while other nodes have one: only ExternalIPs"
-        " are advertised (option per_node_address_fallback changes this)"
+        " are advertised (setting per-node-address-fallback changes this)"
     ),
 }
 

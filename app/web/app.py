@@ -24,6 +24,7 @@ from app.web.routes.deps import (
     CacheLike,
     ControllerLike,
     Protected,
+    ReadinessLike,
     RequestLimits,
     no_hazard,
 )
@@ -39,6 +40,7 @@ def create_app(
     authorizer: Authorizer | None = None,
     clock: Callable[[], float] = time.time,
     background: Sequence[BackgroundLike] = (),
+    readiness: Sequence[ReadinessLike] = (),
     start_worker: bool = False,
     kube_proxy_hazard: Callable[[], str | None] = no_hazard,
 ) -> FastAPI:
@@ -55,8 +57,10 @@ def create_app(
             (:class:`app.web.auth.AllowAll`, ``--auth none``), which ``settings.auth ==
             "kubernetes"`` does not allow.
         clock: wall clock, epoch seconds (``now`` of the selection).
-        background: tasks already running (the certificate sync), checked by
-            ``/healthz`` and stopped on shutdown.
+        background: tasks already running (the certificate sync, the caBundle check),
+            checked by ``/healthz`` and stopped on shutdown.
+        readiness: conditions ``/readyz`` waits for besides the synced cache (the webhook
+            in force, :class:`app.web.webhookready.CaBundleReadiness`).
         start_worker: start the review worker process with the app (``serve``), not on
             the first large review (:class:`app.web.limits.ReviewPools`).
         kube_proxy_hazard: the controller's kube-proxy ipvs warning while it holds, else
@@ -78,6 +82,7 @@ def create_app(
         authorizer=authorizer if authorizer is not None else AllowAll(),
         clock=clock,
         background=tuple(background),
+        readiness=tuple(readiness),
         limits=RequestLimits(budget=BodyBudget(settings.inflight_body_bytes)),
         kube_proxy_hazard=kube_proxy_hazard,
     )

@@ -102,6 +102,7 @@ class CertSync:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_success = monotonic()
+        self._listeners: list[Callable[[], None]] = []
 
     @classmethod
     def from_settings(
@@ -257,11 +258,21 @@ class CertSync:
         """
         leader = self.is_leader()
         secret = self.ensure_secret(writes="all" if leader else "none")
+        patched = 0
         if leader and secret is not None:
             # caBundle first: after a CA rotation it must trust the new CA before any
             # replica serves a certificate signed by it.
-            self.inject_ca_bundle(secret)
-        self.write_files(secret)
+            patched = self.inject_ca_bundle(secret)
+        if self.write_files(secret) or patched:
+            for callback in self._listeners:
+                callback()
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` (no arguments, on the sync thread: it must return at once)
+        after a :meth:`sync` that wrote ``caBundle`` or new files: the readiness check
+        (:meth:`app.web.webhookready.CaBundleReadiness.wake`) then looks again at once
+        instead of at its next tick."""
+        self._listeners.append(callback)
 
     def bootstrap(
         self,

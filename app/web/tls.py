@@ -105,7 +105,15 @@ class ReloadingContext:
         context = server_context()
         context.load_cert_chain(certfile=self._cert_file, keyfile=self._key_file)
         _record_expiry(cert_pem)
+        self._served_pem = cert_pem
         return context
+
+    def served_certificate(self) -> bytes:
+        """The PEM of the certificate (chain) the next TLS handshake presents: the files are
+        reloaded first when they changed (:meth:`maybe_reload`), as that handshake would.
+        The readiness check (:mod:`app.web.webhookready`) verifies it against caBundle."""
+        self.maybe_reload()
+        return self._served_pem
 
     def maybe_reload(self) -> bool:
         """Reload when the check interval has passed and the files changed; True if reloaded."""

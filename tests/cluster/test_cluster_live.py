@@ -9,6 +9,7 @@ and asserted only where the contract gives a bound.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime
 import http.client
@@ -48,6 +49,10 @@ FIGURES: dict[str, Any] = {}
 # on a loaded 2-core machine) get more than the suite's 120 s.
 ROLLING_TIMEOUT = 240
 INSTALLED: dict[str, float] = {}
+MALFORMED = "role in (edge"
+# kubectl's error for a malformed selector applied with --dry-run=server at once after an
+# install returned (None: admitted), by how it was installed (issue 31, "Ready means in force").
+AT_ONCE: dict[str, str | None] = {}
 
 
 def figure(name: str, value: Any) -> None:
@@ -270,7 +275,15 @@ def release(backend: Cluster, helm: Path) -> Iterator[Cluster]:
         cluster, "label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted"
     )
     started = INSTALLED["at"] = time.monotonic()
-    run_helm(helm, cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE)
+    run_helm(
+        helm, cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+        "--wait", "--timeout", "120s",
+    )  # fmt: skip
+    # What a CI pipeline does next: one apply, no retry (see the test using it).
+    AT_ONCE["helm install --wait"] = applied(
+        cluster, service_manifest("bad-at-once", 9997, "Cluster", MALFORMED), "--dry-run=server"
+    )
+    figure("helm install --wait returned (s)", round(time.monotonic() - started, 1))
     rolled_out(cluster, NAMESPACE, "node-ipam-lb")
     figure("helm install -> rollout complete (s)", round(time.monotonic() - started, 1))
     wait_for("every listed EXTERNAL-IP to answer", lambda: every_address_answers(cluster))
@@ -333,6 +346,30 @@ def test_webhooks_are_called_through_their_service(release: Cluster) -> None:
         "helm install -> caBundle in both webhook configurations (s)",
         round(time.monotonic() - INSTALLED["at"], 1),
     )
+
+
+def test_helm_install_wait_returns_only_once_a_malformed_selector_is_denied(
+    release: Cluster,
+) -> None:
+    """Issue 31: Ready means in force. A Pod is Ready only once the webhook configurations'
+    caBundle verifies its certificate, so the first apply after ``helm install --wait``
+    (a ``--dry-run=server`` made at once, in the fixture) is denied, not admitted by
+    ``failurePolicy: Ignore``. Before: admitted, the first denial 10-17 s later."""
+    error = AT_ONCE["helm install --wait"]
+    assert error is not None, "admitted: --wait returned before the webhook was in force"
+    assert "denied the request" in error and SELECTOR in error, error
+
+
+def readyz_of_each_pod(cluster: Cluster) -> dict[str, str]:
+    """Each node-ipam-lb Pod's ``/readyz`` text on its health-probe port, through the API
+    server's Pod proxy (deploy/README.md: what ``kubectl describe pod`` does not show)."""
+    pods = kubectl_json(cluster, "-n", NAMESPACE, "get", "pods")["items"]
+    texts = {}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}:8081/proxy/readyz"
+        texts[name] = kubectl(cluster, "get", "--raw", path, check=False)
+    return texts
 
 
 def test_a_malformed_selector_is_denied_by_the_webhook_pod(release: Cluster) -> None:
@@ -713,6 +750,80 @@ def test_helm_upgrade_rolls_the_pods_without_a_status_write(release: Cluster, he
         lambda: len(ingress_ips(release, "web-local")) == 4,
         timeout=60,
     )
+
+
+def secret_ca_count(cluster: Cluster) -> int:
+    """How many CA certificates the self-managed Secret's ``ca.crt`` holds (2: a rotation's
+    overlap, the new CA and the previous one)."""
+    secret = kubectl_json(cluster, "-n", NAMESPACE, "get", "secret", "node-ipam-lb-webhook-tls")
+    return base64.b64decode(secret["data"]["ca.crt"]).count(b"-----BEGIN CERTIFICATE-----")
+
+
+def ca_bundle_counts(cluster: Cluster) -> list[int]:
+    """The number of CA certificates in each webhook's caBundle, both configurations."""
+    counts = []
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        for hook in kubectl_json(cluster, "get", kind, "node-ipam-lb")["webhooks"]:
+            bundle = base64.b64decode(hook["clientConfig"].get("caBundle") or "")
+            counts.append(bundle.count(b"-----BEGIN CERTIFICATE-----"))
+    return counts
+
+
+def not_ready_pods(cluster: Cluster) -> list[str]:
+    pods = kubectl_json(cluster, "-n", NAMESPACE, "get", "pods")["items"]
+    return [
+        p["metadata"]["name"]
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+        and not all(c.get("ready") for c in p["status"].get("containerStatuses") or [{}])
+    ]
+
+
+@pytest.mark.timeout(ROLLING_TIMEOUT + 60)
+def test_a_ca_rotation_keeps_the_webhook_in_force(release: Cluster, helm: Path) -> None:
+    """Issue 31: Ready stays true, and in force, through a CA rotation. A renewal window longer
+    than the CA's remaining ten years (with lifetimes longer than the window, as serve
+    requires) makes the CA due: the first Lease holder with the new settings rotates it at
+    the start of its term (the new Pods' bootstrap does not: a rotation is not urgent). The
+    Secret and both caBundles then hold the new and the previous CA, the leader serves a
+    certificate of the new CA, the other replica one of the old until its next check: both
+    stay Ready and a malformed selector applied at once is denied. Afterwards the new CA
+    (15 years) is outside the 12-year window, so nothing rotates again."""
+    assert secret_ca_count(release) == 1
+    years = 365 * 86400
+    helm_upgrade(
+        helm, release, "--wait", "--timeout", "120s",
+        "--set", f"settings.cert-renew-before-seconds={12 * years}",
+        "--set", f"settings.cert-validity-seconds={15 * years}",
+        "--set", f"settings.ca-validity-seconds={15 * years}",
+    )  # fmt: skip
+    flips: list[list[str]] = []
+
+    def rotated() -> bool:
+        if not_ready := not_ready_pods(release):
+            flips.append(not_ready)
+        return secret_ca_count(release) == 2
+
+    started = time.monotonic()
+    wait_for("the new Lease holder to rotate the CA", rotated, timeout=90, interval=0.2)
+    error = applied(
+        release, service_manifest("bad-rotation", 9996, "Cluster", MALFORMED), "--dry-run=server"
+    )
+    figure("helm upgrade --wait -> CA rotated (s)", round(time.monotonic() - started, 1))
+    assert error is not None, "admitted right after the CA rotation"
+    assert "denied the request" in error and SELECTOR in error, error
+    wait_for("both caBundles to hold both CAs", lambda: set(ca_bundle_counts(release)) == {2})
+    assert not_ready_pods(release) == []
+    assert flips == [], "a Pod went not Ready during the rotation"
+    texts = readyz_of_each_pod(release)
+    assert set(texts.values()) == {"ok\n"}, texts
+    # The other replica takes the new certificate at its next check (every 30 s): still Ready.
+    time.sleep(35)
+    assert not_ready_pods(release) == []
+    error = applied(
+        release, service_manifest("bad-rotation", 9996, "Cluster", MALFORMED), "--dry-run=server"
+    )
+    assert error is not None and "denied the request" in error, error
 
 
 @pytest.mark.timeout(ROLLING_TIMEOUT)
@@ -1393,6 +1504,12 @@ def test_kubectl_apply_k_deploy_then_the_documented_uninstall(release: Cluster) 
     started = time.monotonic()
     kubectl(release, "apply", "-k", str(ROOT / "deploy"))
     rolled_out(release, NAMESPACE, "node-ipam-lb")
+    # Issue 31: once rollout status returns the webhook is in force; one apply, no retry.
+    at_once = applied(
+        release, service_manifest("bad-at-once-k", 9995, "Cluster", MALFORMED), "--dry-run=server"
+    )
+    assert at_once is not None, "admitted: rollout status returned before the webhook was in force"
+    assert "denied the request" in at_once and SELECTOR in at_once, at_once
     figure("kubectl apply -k deploy/ -> rollout complete (s)", round(time.monotonic() - started, 1))
     apply(release, service_manifest("web-kustomize", 8083, "Cluster", INTERNAL_NODES))
     ips = wait_for("web-kustomize's addresses", lambda: ingress_ips(release, "web-kustomize"))

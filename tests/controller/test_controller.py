@@ -373,6 +373,42 @@ def test_a_new_leadership_term_speaks_again_about_a_still_broken_service(
     assert warnings_on(memory_api, "web") == 1
 
 
+def test_after_the_lease_moves_a_warning_that_comes_back_is_reported(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    """New-user trial (2 nodes): Local ``web-local`` had ``NoEligibleNodes``, then
+    addresses; the Lease moved to the other replica; scaled to 0, it was written
+    ``ingress []`` with no Event and no series update, so ``kubectl describe`` showed an
+    old Warning under a newer Normal Event. The new leader's resync saw the addresses
+    first, so the Warning's return is a new occurrence (docs/design.md §5)."""
+    memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
+    memory_api.apply("nodes", node("w2", internal=["10.0.0.2"]))
+    memory_api.apply("services", service("web-local", local=True))
+
+    def warnings() -> list[dict[str, Any]]:
+        return [e for e in memory_api.events if e["reason"] == "NoEligibleNodes"]
+
+    a = start("pod-a")
+    wait_until(lambda: len(warnings()) == 1, what="NoEligibleNodes while no Pod is ready")
+    memory_api.apply("endpointslices", endpoint_slice("web-local", nodes=["w2"]))
+    wait_until(converged(memory_api, "default/web-local", ["10.0.0.2"]), what="addresses")
+    b = start("pod-b")
+    wait_until(b.ready, what="b synced")
+    a.stop(timeout=5)
+    wait_until(b.is_leader, timeout=3, what="b takes over")
+    wait_until(
+        lambda: b.reconciler.states.snapshot()[0] == {("assigned", ""): 1, ("unreconciled", ""): 0},
+        what="b's resync of web-local",
+    )
+    memory_api.apply("endpointslices", endpoint_slice("web-local", nodes=[]))  # scaled to 0
+    wait_until(converged(memory_api, "default/web-local", []), what="ingress []")
+    wait_until(
+        lambda: (warnings()[0].get("series") or {}).get("count") == 2,
+        what="the Warning's series counted on the new leader",
+    )
+    assert len(warnings()) == 1
+
+
 class RacingSyncCache(ClusterCache):
     """``synced`` lets two callers in at once (a barrier) when nothing serialises them."""
 

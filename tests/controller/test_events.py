@@ -12,6 +12,7 @@ from app.controller.events import (
     WARNING,
     EventRecorder,
     ServiceEvent,
+    micro_time,
     resource_not_served,
     truncate_note,
 )
@@ -238,6 +239,36 @@ def test_a_restart_soon_after_writes_nothing_about_a_warning_that_still_holds() 
     restarted.flush()
     assert api.events[0]["series"]["count"] == 2
     assert api.calls["patch events"] == 1
+
+
+@pytest.mark.parametrize("first_outcome", ["addresses, not written", "condition cleared"])
+def test_a_listed_warning_that_comes_back_later_in_the_term_is_counted(first_outcome: str) -> None:
+    """docs/design.md §5: only a Warning that held when the term started is the listed
+    Event's occurrence still going on. When the slot's first outcome in the term is
+    another one (``IPsAssigned`` recorded without a write on the resync, or the condition
+    cleared) and the Warning comes back, it is a new occurrence: the series counts it at
+    once, even minutes after the Event was last observed."""
+    api = MemoryAPI()
+    clock = [1e9]
+    first = EventRecorder(api=api, identity="pod-a", clock=lambda: clock[0])
+    first.emit(namespace="default", name="web", event=warning("no nodes"), slot="s")
+    first.flush()
+    clock[0] += 180  # the Lease moves three minutes later
+    successor = EventRecorder(api=api, identity="pod-b", clock=lambda: clock[0])
+    successor.reset()
+    if first_outcome == "condition cleared":
+        successor.clear("default", "web", "s")
+    else:
+        assigned = ServiceEvent("Normal", "IPsAssigned", "UpdateStatus", "Assigned IPs: 10.0.0.1")
+        successor.emit(namespace="default", name="web", event=assigned, slot="s", record_only=True)
+    clock[0] += 60
+    assert successor.emit(namespace="default", name="web", event=warning("no nodes"), slot="s")
+    successor.flush()
+    assert len(api.events) == 1
+    assert api.events[0]["series"] == {
+        "count": 2,
+        "lastObservedTime": micro_time(clock[0]),
+    }
 
 
 def test_a_series_whose_event_is_gone_creates_it_again_with_its_count() -> None:

@@ -277,6 +277,52 @@ def test_the_event_is_said_once_and_again_after_the_service_had_no_addresses() -
     assert reconcile() == ["IPsAssigned"], "no hazard: no KubeProxyIPVS"
 
 
+def test_a_restart_whose_mode_read_comes_late_writes_no_event_again() -> None:
+    """A new term's first reconciles may run before kube-proxy's mode is read (its own
+    thread): that is not the hazard ending for the Service, so once the read comes back
+    the recent ``KubeProxyIPVS`` Warning is the one that held at the start: nothing is
+    written (docs/design.md §5, a restart of a synced cluster writes no Event)."""
+    api = MemoryAPI()
+    cache = ClusterCache()
+
+    def term(hazard: Hazard) -> tuple[Reconciler, EventRecorder]:
+        recorder = EventRecorder(api=api, identity="pod-a", clock=lambda: 1e9)
+        reconciler = Reconciler(
+            cache=cache,
+            api=api,
+            recorder=recorder,
+            settings=SelectionSettings(),
+            is_leader=lambda: True,
+            wall_clock=lambda: 1.8e9,
+            kube_proxy_hazard=hazard,
+        )
+        reconciler.reset()
+        return reconciler, recorder
+
+    def reconcile(reconciler: Reconciler, recorder: EventRecorder) -> None:
+        reconciler.reconcile("default/web")
+        recorder.flush()
+        stored = api.get("services", "default/web")
+        assert stored is not None
+        cache.put("services", "default/web", service_view(stored))
+
+    for kind, obj in (("nodes", node("w1", internal=["10.0.0.1"])), ("services", service("web"))):
+        stored = api.apply(kind, obj)
+        view = node_view(stored) if kind == "nodes" else service_view(stored)
+        cache.put(kind, object_key(stored), view)  # type: ignore[arg-type]
+    reconcile(*term(Hazard()))
+    assert len(events(api, "KubeProxyIPVS")) == 1
+    late = Hazard()
+    late.text = None  # the restarted process has not read the ConfigMap yet
+    restarted = term(late)
+    reconcile(*restarted)
+    late.text = HAZARD  # the read came back: every Service is reconciled again
+    reconcile(*restarted)
+    [event] = events(api, "KubeProxyIPVS")
+    assert "series" not in event
+    assert api.calls["patch events"] == 0 and len(api.events) == 2
+
+
 def test_memory_api_answers_config_map_reads_like_the_client() -> None:
     api = MemoryAPI()
     assert api.read_config_map(namespace="kube-system", name="kube-proxy") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from app.controller.cache import ClusterCache
 from app.controller.events import EventRecorder
 from app.controller.informer import object_key
-from app.controller.reconciler import Reconciler
+from app.controller.reconciler import ENDPOINT_GRACE_SECONDS, Reconciler
 from app.core.options import SelectionSettings
 from app.core.views import endpoint_slice_view, node_view, service_view
 from app.kube.client import ApiError
@@ -22,18 +23,26 @@ VIEWS = {"nodes": node_view, "services": service_view, "endpointslices": endpoin
 class World:
     """MemoryAPI + a cache kept equal to it by hand (no informer threads)."""
 
-    def __init__(self, settings: SelectionSettings | None = None) -> None:
-        self.api = MemoryAPI()
-        self.cache = ClusterCache()
+    def __init__(
+        self,
+        settings: SelectionSettings | None = None,
+        *,
+        api: MemoryAPI | None = None,
+        cache: ClusterCache | None = None,
+        identity: str = "pod-a",
+    ) -> None:
+        self.api = api or MemoryAPI()
+        self.cache = cache or ClusterCache()
         self.leader = True
-        self.recorder = EventRecorder(api=self.api, identity="pod-a", clock=lambda: 1e9)
+        self.now = 1.8e9  # the wall clock (creationTimestamp ages); Events are at 1e9
+        self.recorder = EventRecorder(api=self.api, identity=identity, clock=lambda: 1e9)
         self.reconciler = Reconciler(
             cache=self.cache,
             api=self.api,
             recorder=self.recorder,
             settings=settings or SelectionSettings(),
             is_leader=lambda: self.leader,
-            wall_clock=lambda: 1.8e9,
+            wall_clock=lambda: self.now,
         )
 
     def apply(self, kind: str, obj: dict[str, Any]) -> None:
@@ -402,7 +411,11 @@ def test_the_reconciler_explains_a_selection_exactly_like_preview(
     assert written.__dict__["fields"]["reason"] == preview.reason
 
 
-def test_nodes_hidden_by_the_external_ip_preference_get_a_warning_naming_them() -> None:
+def test_nodes_hidden_by_the_external_ip_preference_are_a_normal_event_beside_the_write() -> None:
+    """Cilium's ExternalIP preference (docs/design.md §4.4) hiding the Nodes without one is
+    expected behaviour, not a problem: a Normal Event beside the status write it shapes
+    (as ``IPsAssigned``), naming them; never a Warning on every Service of a cluster
+    where only some Nodes have an ExternalIP, and nothing on a term's resync."""
     world = World()
     world.apply("nodes", node("edge", internal=["10.0.0.1"], external=["198.51.100.1"]))
     for i in range(2, 7):
@@ -411,18 +424,35 @@ def test_nodes_hidden_by_the_external_ip_preference_get_a_warning_naming_them() 
     world.reconcile("default/web")
     assert world.api.ingress("default/web") == ["198.51.100.1"]
     assert world.reasons() == ["IPsAssigned", "ExternalIPPreferred"]
-    warning = world.api.events[1]
-    assert warning["type"] == "Warning"
-    assert "5 eligible node(s) are not advertised" in warning["note"]
-    assert "worker-2, worker-3, worker-4 and 2 more" in warning["note"]
+    said = world.api.events[1]
+    assert said["type"] == "Normal"
+    assert "5 eligible node(s) are not advertised" in said["note"]
+    assert "worker-2, worker-3, worker-4 and 2 more" in said["note"]
+    assert "setting per-node-address-fallback advertises their InternalIP" in said["note"]
     world.reconcile("default/web")
     assert len(world.api.events) == 2, "nothing changed: nothing said"
-    # The preference no longer hides anything: no Warning; when it hides again, it is said.
+    # Another Node without an ExternalIP: hidden too, no status write, nothing said.
+    world.apply("nodes", node("worker-7", internal=["10.0.0.7"]))
+    world.reconcile("default/web")
+    assert len(world.api.events) == 2
+    # The preference no longer hides anything, then hides again: said with that write.
     world.apply("nodes", node("edge", internal=["10.0.0.1"]))
     world.reconcile("default/web")
     world.apply("nodes", node("edge", internal=["10.0.0.1"], external=["198.51.100.1"]))
     world.reconcile("default/web")
-    assert world.api.events[1]["series"]["count"] == 2
+    assert world.reasons() == [
+        "IPsAssigned",
+        "ExternalIPPreferred",
+        "IPsAssigned",
+        "ExternalIPPreferred",
+    ]
+    assert [e["type"] for e in world.api.events] == ["Normal"] * 4
+    assert world.api.events[0]["series"]["count"] == 2, "the first addresses again"
+    assert "6 eligible node(s)" in world.api.events[3]["note"]
+    # A new term's resync writes nothing and so says nothing.
+    world.reconciler.reset()
+    world.reconcile("default/web")
+    assert len(world.api.events) == 4
 
 
 def test_a_huge_malformed_selector_keeps_the_reason_whole_in_the_event_note(
@@ -487,3 +517,118 @@ def test_services_sharing_selection_inputs_share_one_select_with_the_same_outcom
     assert len(calls) <= local + distinct < len(services)
     # summarise or select ran once per distinct input (the uid is no selection input)
     assert len(computed) <= local + distinct < len(services)
+
+
+# -- day 2: leader changes, new Services waiting for their Pods ----------------------------
+
+
+def created(obj: dict[str, Any], seconds_ago: float, now: float = 1.8e9) -> dict[str, Any]:
+    """``obj`` with a ``creationTimestamp`` ``seconds_ago`` before ``now`` (epoch)."""
+    stamp = datetime.fromtimestamp(now - seconds_ago, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    obj["metadata"]["creationTimestamp"] = stamp
+    return obj
+
+
+def warnings_of(world: World, reason: str) -> list[dict[str, Any]]:
+    return [e for e in world.api.events if (e["type"], e["reason"]) == ("Warning", reason)]
+
+
+@pytest.mark.parametrize("successor", ["same process", "another replica"])
+def test_a_warning_that_comes_back_after_a_leader_change_is_reported(
+    world: World, successor: str
+) -> None:
+    """New-user trial: ``web-local`` (Local) had ``NoEligibleNodes``, then addresses; the
+    Lease moved; scaled to 0, it got ``ingress []`` and no Event, no series update. The
+    condition did not hold at the new term's start (the term's first outcome was the
+    addresses), so its return is a new occurrence (docs/design.md §5): the listed
+    Warning's series counts it at once, one Event still."""
+    world.apply("services", service("web-local", local=True))
+    world.reconcile("default/web-local")
+    [warning] = warnings_of(world, "NoEligibleNodes")
+    world.apply("endpointslices", endpoint_slice("web-local", nodes=["worker-2"]))
+    world.reconcile("default/web-local")
+    assert world.api.ingress("default/web-local") == ["10.0.0.2"]
+    # The Lease moves: a new term, of this replica or of another one on the same cluster.
+    leader = world if successor == "same process" else World(api=world.api, cache=world.cache)
+    leader.reconciler.reset()
+    leader.reconcile("default/web-local")  # the term's resync: nothing to write or say
+    assert (len(world.api.events), world.api.calls["patch events"]) == (2, 0)
+    world.apply("endpointslices", endpoint_slice("web-local", nodes=[]))  # scaled to 0
+    leader.reconcile("default/web-local")
+    assert world.api.ingress("default/web-local") == []
+    assert warnings_of(world, "NoEligibleNodes") == [warning], "one Event, not a second"
+    assert warning["series"]["count"] == 2
+    assert world.api.calls["patch events"] == 1
+
+
+def test_a_warning_still_holding_when_the_term_starts_is_not_said_again(world: World) -> None:
+    world.apply("services", service("web-local", local=True))
+    world.reconcile("default/web-local")
+    successor = World(api=world.api, cache=world.cache, identity="pod-b")
+    successor.reconciler.reset()
+    successor.reconcile("default/web-local")
+    assert len(world.api.events) == 1 and "series" not in world.api.events[0]
+    assert world.api.calls["patch events"] == 0
+
+
+def test_a_new_local_service_waits_for_its_pods_with_a_normal_event(world: World) -> None:
+    """Pods are not Ready the moment their Service is created: a new Local Service with
+    no ready endpoint gets the Normal ``WaitingForEndpoints`` (pending all the same: the
+    state metric says ``NoReadyEndpoint``) and a recheck when the grace ends, not a
+    Warning; then ``IPsAssigned``."""
+    world.reconciler.states.set_managed("default/web-local", True)
+    world.apply("services", created(service("web-local", local=True), seconds_ago=30))
+    assert world.reconcile("default/web-local") == ENDPOINT_GRACE_SECONDS - 30
+    [event] = world.api.events
+    assert (event["type"], event["reason"]) == ("Normal", "WaitingForEndpoints")
+    assert "no eligible Node has a ready endpoint" in event["note"]
+    assert f"{ENDPOINT_GRACE_SECONDS:.0f} s after its creation" in event["note"]
+    assert world.reconciler.states.snapshot()[0][("pending", "NoReadyEndpoint")] == 1
+    world.apply("endpointslices", endpoint_slice("web-local", nodes=["worker-1"]))
+    world.reconcile("default/web-local")
+    assert world.reasons() == ["WaitingForEndpoints", "IPsAssigned"]
+    assert not warnings_of(world, "NoEligibleNodes")
+
+
+def test_a_new_local_service_still_without_pods_after_the_grace_is_a_warning(
+    world: World,
+) -> None:
+    world.apply("services", created(service("web-local", local=True), seconds_ago=30))
+    world.reconcile("default/web-local")
+    world.now += ENDPOINT_GRACE_SECONDS - 30  # the recheck the reconcile asked for
+    assert world.reconcile("default/web-local") is None
+    assert world.reasons() == ["WaitingForEndpoints", "NoEligibleNodes"]
+    assert warnings_of(world, "NoEligibleNodes")[0]["type"] == "Warning"
+
+
+def test_a_new_local_service_that_loses_its_pods_is_a_warning_at_once(world: World) -> None:
+    """Waiting is for a Service never published: one that had addresses and lost its
+    last ready endpoint (scaled to 0) is warned at once, and stays warned (no step back
+    to Normal while its grace lasts)."""
+    world.apply("services", created(service("web-local", local=True), seconds_ago=30))
+    world.apply("endpointslices", endpoint_slice("web-local", nodes=["worker-1"]))
+    world.reconcile("default/web-local")
+    world.apply("endpointslices", endpoint_slice("web-local", nodes=[]))
+    world.reconcile("default/web-local")
+    world.apply("endpointslices", endpoint_slice("web-local", nodes=[], suffix="other"))
+    world.reconcile("default/web-local")
+    assert world.api.ingress("default/web-local") == []
+    assert world.reasons() == ["IPsAssigned", "NoEligibleNodes"]
+
+
+@pytest.mark.parametrize(
+    ("local", "selector", "labels"),
+    [(True, "role=none", {}), (True, None, {EXCLUDE: ""}), (False, None, {EXCLUDE: ""})],
+    ids=["Local, selector matches no Node", "Local, Nodes excluded", "Cluster, Nodes excluded"],
+)
+def test_a_new_service_pending_for_another_reason_is_a_warning_at_once(
+    world: World, local: bool, selector: str | None, labels: dict[str, str]
+) -> None:
+    """Only a missing ready endpoint is something a new Service waits out; a selector or
+    Nodes that leave it nowhere to go need the operator now."""
+    for name, ip in (("worker-1", "10.0.0.1"), ("worker-2", "10.0.0.2")):
+        world.apply("nodes", node(name, internal=[ip], labels=labels))
+    svc = service("web", local=local, selector=selector)
+    world.apply("services", created(svc, seconds_ago=5))
+    world.reconcile("default/web")
+    assert [(e["type"], e["reason"]) for e in world.api.events] == [("Warning", "NoEligibleNodes")]

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from tests.controller.support import free_port, wait_until
+from tests.deploy.render import WEBHOOK_CONFIGURATION, find, render
 from tests.fakeapi.server import FakeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,8 +65,10 @@ def test_a_taken_port_exits_before_any_api_request(fake_api: FakeApiServer) -> N
     assert "did you mean NODE_IPAM_PER_NODE_ADDRESS_FALLBACK?" in warning["msg"]
     [settings] = [line for line in lines if line["msg"] == "settings"]
     assert settings["port"] == port
-    assert settings["default_lb_service_ipam"] == "lbipam"
-    assert settings["leader_elect"] is False
+    # Under the names users set them by: the flag without "--", the Helm value's name.
+    assert settings["default-lb-service-ipam"] == "lbipam"
+    assert settings["leader-elect"] is False
+    assert settings["per-node-address-fallback"] is False
 
 
 def test_without_leader_election_shutdown_speaks_of_no_lease(fake_api: FakeApiServer) -> None:
@@ -126,3 +129,74 @@ def test_health_probes_answer_on_their_own_port_until_shutdown(fake_api: FakeApi
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT
         again.bind(("127.0.0.1", probe_port))  # fails while anything still listens there
         again.listen()
+
+
+def test_a_lone_lease_holder_writes_the_ca_bundle_and_then_reports_ready(
+    fake_api: FakeApiServer, tmp_path: Path
+) -> None:
+    """Ready means in force (docs/design.md §5, Health), end to end and without deadlock:
+    one replica with leader election and self-managed certificates, deploy/'s webhook
+    configurations without caBundle. It must take the Lease, write caBundle while it is
+    not Ready, and only then answer ``/readyz`` 200 on the health-probe port."""
+    objects = render("deploy")
+    kinds = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    fake_api.seed(
+        [find(objects, "Namespace", "node-ipam-lb")]
+        + [find(objects, kind, WEBHOOK_CONFIGURATION) for kind in kinds]
+    )
+    port, probe_port = free_port(), free_port()
+    process = subprocess.Popen(
+        [
+            str(EXE),
+            "serve",
+            "--kubeconfig",
+            str(fake_api.kubeconfig_path),
+            "--bind-address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--health-probe-bind-address",
+            f"127.0.0.1:{probe_port}",
+            "--cert-secret-name",
+            "node-ipam-lb-webhook-tls",
+            "--tls-cert-file",
+            str(tmp_path / "tls.crt"),
+            "--tls-private-key-file",
+            str(tmp_path / "tls.key"),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    answers: list[str] = []
+    try:
+
+        def ready() -> bool:
+            assert process.poll() is None, "serve exited"
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{probe_port}/readyz", timeout=2)
+            except httpx.HTTPError:
+                return False
+            answers.append(answer.text)
+            return answer.status_code == 200
+
+        wait_until(ready, timeout=30, what="the Lease holder Ready")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    stored = fake_api.get("secrets", "node-ipam-lb-webhook-tls", "node-ipam-lb")
+    assert stored is not None
+    for kind in kinds:
+        hooks = fake_api.get(f"{kind.lower()}s.admissionregistration.k8s.io", WEBHOOK_CONFIGURATION)
+        assert hooks is not None
+        assert {h["clientConfig"]["caBundle"] for h in hooks["webhooks"]} == {
+            stored["data"]["ca.crt"]
+        }
+    assert answers[-1] == "ok\n"
+    assert all(text.startswith("not ready: ") for text in answers[:-1]), answers
+    messages = [line["msg"] for line in json_lines(stderr)]
+    assert "CA written into caBundle" in messages
+    assert messages.index("webhook in force") > messages.index("CA written into caBundle")

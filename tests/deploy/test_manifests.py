@@ -250,21 +250,26 @@ class TestCertManagerOverlay:
         assert annotations["cert-manager.io/inject-ca-from"] == ref
 
     def test_process_runs_without_self_managed_certificates_or_their_permissions(self) -> None:
+        """No Secret access at all; the webhook configurations only read (get, by name):
+        /readyz waits until cainjector's caBundle verifies the served certificate."""
         objects = self.objects()
         assert "NODE_IPAM_CERT_SECRET_NAME" not in env(objects)
+        assert env(objects)["NODE_IPAM_WEBHOOK_CONFIGURATION_NAME"] == WEBHOOK_CONFIGURATION
+        hooks = {"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
         for kind in ("Role", "ClusterRole"):
             for role in of_kind(objects, kind):
                 for rule in role["rules"]:
                     assert "secrets" not in rule.get("resources", []), role["metadata"]["name"]
-                    assert not {"mutatingwebhookconfigurations"} & set(rule.get("resources", []))
-                    assert not {"validatingwebhookconfigurations"} & set(rule.get("resources", []))
+                    if hooks & set(rule.get("resources", [])):
+                        assert rule["verbs"] == ["get"], rule
+                        assert rule["resourceNames"] == [WEBHOOK_CONFIGURATION], rule
         bound = {
             b["roleRef"]["name"]
             for k in ("RoleBinding", "ClusterRoleBinding")
             for b in of_kind(objects, k)
         }
         assert "node-ipam-lb-certificates" not in bound
-        assert "node-ipam-lb-webhook-ca" not in bound
+        assert "node-ipam-lb-webhook-ca" in bound
 
 
 def pod_labels(objects: list[dict[str, Any]]) -> dict[str, str]:

@@ -136,15 +136,19 @@ def test_secret_permission_names_the_secret_the_process_uses() -> None:
     assert named == {SECRET_NAME}
 
 
-def test_cert_manager_overlay_drops_every_certificate_permission() -> None:
+def test_cert_manager_overlay_drops_every_certificate_permission_but_reading_ca_bundle() -> None:
+    """cainjector writes caBundle; the process only reads it (/readyz waits until it
+    verifies the served certificate) and touches no Secret."""
     auth = authorizer("deploy/overlays/cert-manager")
+    hooks = {"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
     for name, request in ALLOWED:
-        expected = request.resource not in {
-            "secrets",
-            "mutatingwebhookconfigurations",
-            "validatingwebhookconfigurations",
-        }
+        expected = request.resource != "secrets" and (
+            request.resource not in hooks or request.verb == "get"
+        )
         assert auth.allows(request) is expected, name
+    for resource in hooks:
+        read = Request("get", "admissionregistration.k8s.io", resource, "", "", "node-ipam-lb")
+        assert auth.allows(read), resource
 
 
 def test_precreated_secret_overlay_needs_no_secret_create() -> None:

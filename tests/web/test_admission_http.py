@@ -35,6 +35,21 @@ def test_validate_denies_a_malformed_selector_with_a_field_error(client: AppClie
     )
 
 
+def test_validate_warns_about_a_malformed_selector_on_a_service_we_do_not_manage(
+    client: AppClient,
+) -> None:
+    """docs/design.md §7: ignored there, so a warning, not a denial."""
+    svc = service(type="ClusterIP", selector="role in (edge")
+    response = post(client, "/validate", review(svc, uid="u-43"))
+    assert response.status_code == 200
+    body = response.json()["response"]
+    assert body["allowed"] is True
+    assert [w.split(":")[0] for w in body["warnings"]] == [
+        f"{ANNOTATION} is ignored",
+        f"{ANNOTATION} is invalid",
+    ]
+
+
 def test_validate_warns_from_the_live_cache(client: AppClient) -> None:
     svc = service(name="new", cls="io.cilium/node", selector="role=gpu")
     response = post(client, "/validate", review(svc))

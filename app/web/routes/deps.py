@@ -69,6 +69,14 @@ class BackgroundLike(Protocol):
     def stop(self) -> None: ...
 
 
+class ReadinessLike(Protocol):
+    """A condition ``/readyz`` waits for besides the cache
+    (:class:`app.web.webhookready.CaBundleReadiness`): ``(True, "")`` or ``(False, why)``,
+    from a cached verdict (never blocks: read by the probe thread and the event loop)."""
+
+    def ready(self) -> tuple[bool, str]: ...
+
+
 def no_hazard() -> str | None:
     """The :attr:`AppState.kube_proxy_hazard` of an app without a controller: none known."""
     return None
@@ -81,7 +89,8 @@ class AppState:
     ``clock`` is the wall clock (epoch seconds) passed to the selection as ``now``;
     ``admission_memo`` keeps the validating webhook's cluster-state warnings by the inputs
     of ``select`` across requests (:mod:`app.core.selection_memo`); ``background`` are the
-    tasks besides the controller that ``/healthz`` checks; ``kube_proxy_hazard`` gives the
+    tasks besides the controller that ``/healthz`` checks; ``readiness`` the conditions
+    besides the synced cache that ``/readyz`` waits for; ``kube_proxy_hazard`` gives the
     controller's kube-proxy ipvs warning while it holds, else ``None`` (docs/design.md
     §4.10), which preview adds to every Service that gets addresses.
     """
@@ -94,6 +103,7 @@ class AppState:
     clock: Callable[[], float]
     admission_memo: SelectionMemo[tuple[str, ...]] = field(default_factory=SelectionMemo)
     background: tuple[BackgroundLike, ...] = ()
+    readiness: tuple[ReadinessLike, ...] = ()
     limits: RequestLimits = field(default_factory=lambda: RequestLimits())
     kube_proxy_hazard: Callable[[], str | None] = no_hazard
 

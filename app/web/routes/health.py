@@ -34,10 +34,17 @@ def liveness(state: AppState) -> tuple[int, str]:
 
 
 def readiness(state: AppState) -> tuple[int, str]:
-    """``(HTTP status, text)`` of ``/readyz``: 200 once the cluster cache is synced (or
-    when running without a controller), else 503. Reads a flag only: safe from any thread."""
+    """``(HTTP status, text)`` of ``/readyz``: 200 ``ok`` once the cluster cache is synced
+    (or when running without a controller) and every condition of ``state.readiness`` holds
+    (the webhook is in force: caBundle verifies the served certificate, docs/design.md §5
+    Health); else 503 ``not ready: <what it waits for>``. Reads flags and cached verdicts
+    only: safe from any thread, never blocks."""
     if state.controller is not None and not state.controller.ready():
         return 503, "not ready: cluster cache not synced\n"
+    for condition in state.readiness:
+        ready, reason = condition.ready()
+        if not ready:
+            return 503, f"not ready: {reason}\n"
     return 200, "ok\n"
 
 

@@ -60,9 +60,74 @@ def test_malformed_selector_is_denied_with_a_field_error(selector: str, why: str
     assert decision.verdict == "denied"
 
 
-def test_malformed_selector_is_denied_even_on_a_service_we_do_not_manage() -> None:
-    decision = validate(review(service(type="ClusterIP", selector="a in (")))
+NOT_OURS = [
+    ("ClusterIP", service(type="ClusterIP", selector="a in ("), "spec.type is ClusterIP"),
+    (
+        "another loadBalancerClass",
+        service(cls="example.com/other", selector="a in ("),
+        'spec.loadBalancerClass is "example.com/other"',
+    ),
+    (
+        "class-less under default-lb-service-ipam lbipam",
+        service(selector="a in ("),
+        "spec.loadBalancerClass is unset",
+    ),
+]
+
+
+@pytest.mark.parametrize(("svc", "why"), [c[1:] for c in NOT_OURS], ids=[c[0] for c in NOT_OURS])
+def test_malformed_selector_on_a_service_we_do_not_manage_is_a_warning(
+    svc: dict[str, Any], why: str
+) -> None:
+    """docs/design.md §7: the annotation on a Service we do not manage is ignored and
+    warned about, malformed or not; another controller's Service is not ours to refuse."""
+    decision = validate(review(svc))
+    assert decision.allowed
+    ignored, invalid = decision.warnings
+    assert ignored.startswith(f"{ANNOTATION} is ignored: {why}")
+    assert invalid.startswith(f"{ANNOTATION} is invalid: ")
+    assert invalid.endswith("(at byte 6)"), "the parse error's end: where the problem is"
+    assert all(len(w) <= admission.MAX_WARNING_CHARS for w in decision.warnings)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (service(type="ClusterIP", selector="a in ("), service(cls=OURS, selector="a in (")),
+        (service(type="NodePort", selector="a in ("), service(selector="a in (")),
+    ],
+    ids=["ClusterIP to LoadBalancer of our class", "NodePort to class-less LoadBalancer"],
+)
+def test_an_update_that_makes_a_service_ours_with_a_malformed_selector_is_denied(
+    old: dict[str, Any], new: dict[str, Any]
+) -> None:
+    """Ratcheting keeps only what was already ours (as for ports, §7): a malformed value
+    admitted while the Service was not ours is denied once the Service would be, even
+    unchanged (else a ClusterIP detour would slip it past the webhook)."""
+    settings = NODEIPAM if new["spec"].get("loadBalancerClass") is None else LBIPAM
+    decision = validate(review(new, operation="UPDATE", old=old), settings=settings)
     assert not decision.allowed
+    assert decision.message is not None
+    assert decision.message.startswith(
+        f'metadata.annotations[{ANNOTATION}]: Invalid value: "a in (": '
+    )
+
+
+def test_an_update_that_leaves_our_service_with_a_malformed_selector_is_a_warning() -> None:
+    body = review(
+        service(type="ClusterIP", selector="a in ("),
+        operation="UPDATE",
+        old=service(cls=OURS, selector="a in ("),
+    )
+    decision = validate(body)
+    assert decision.allowed and decision.warnings[0].startswith(f"{ANNOTATION} is ignored")
+
+
+def test_malformed_selector_on_a_service_being_deleted_is_admitted() -> None:
+    svc = service(cls=OURS, selector="a in (")
+    svc["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    old = service(cls=OURS, selector="role=edge")
+    assert validate(review(svc, operation="UPDATE", old=old)) == admission.Decision()
 
 
 def test_malformed_selector_changed_on_update_is_denied() -> None:
@@ -75,9 +140,12 @@ def test_malformed_selector_changed_on_update_is_denied() -> None:
 
 
 def test_malformed_selector_left_unchanged_on_update_is_allowed_with_a_warning() -> None:
-    """Validation ratcheting: a Service stored before the webhook can still be edited."""
+    """Validation ratcheting: a Service of ours stored before the webhook can still be
+    edited."""
     body = review(
-        service(cls=OURS, selector="a in ("), operation="UPDATE", old=service(selector="a in (")
+        service(cls=OURS, selector="a in ("),
+        operation="UPDATE",
+        old=service(cls=OURS, selector="a in ("),
     )
     decision = validate(body)
     assert decision.allowed
@@ -85,7 +153,7 @@ def test_malformed_selector_left_unchanged_on_update_is_allowed_with_a_warning()
 
 
 def test_denial_response_echoes_uid_with_403_status() -> None:
-    request = admission.parse_review(review(service(selector="!"), uid="abc-123"))
+    request = admission.parse_review(review(service(cls=OURS, selector="!"), uid="abc-123"))
     decision = admission.validate(request, settings=LBIPAM, snapshot=None)
     body = admission.review_response(request, decision)
     assert body["apiVersion"] == "admission.k8s.io/v1"

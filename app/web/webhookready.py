@@ -1,0 +1,204 @@
+"""Readiness that means "in force": the shell around :func:`app.core.cabundle.in_force`.
+
+A replica is Ready only once both webhook configurations' ``caBundle`` verifies the
+certificate it serves, so ``helm install --wait``, ``kubectl rollout status`` and a
+rolling upgrade count a replica only when kube-apiserver can actually call it
+(docs/design.md §5, Health). The precedent is cert-manager's chart, whose
+``startupapicheck`` post-install hook Job (``cmctl check api --wait``: a dry-run create
+that only its webhook answers) holds ``helm install`` until the webhook, with the CA
+cainjector wrote, is in force; here readiness itself says it, so ``kubectl rollout status``
+and the kustomize install get the same guarantee.
+
+Cost: the probes never call the API server. A daemon thread reads the two configurations
+(two GETs by name, each bounded by :data:`READ_TIMEOUT_SECONDS`) every
+``cert_check_interval_seconds`` while in force, every :data:`NOT_READY_FIRST_SECONDS`
+(doubling to :data:`NOT_READY_MAX_SECONDS`) while not, and at once on :meth:`CaBundleReadiness.wake`
+(the certificate sync calls it after writing ``caBundle`` or new files); ``/readyz`` reads
+the last verdict.
+
+No deadlock: nothing here writes, and nothing that writes waits for it. The Lease holder
+writes ``caBundle`` (:class:`app.web.certsync.CertSync`) whether or not it is Ready, and
+leader election does not look at readiness; cert-manager's cainjector does not either.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from app.config import Settings
+from app.core.cabundle import Verdict, in_force, served_chain
+from app.kube.client import ApiError, WebhookKind
+from app.telemetry.logs import log_event
+
+LOG = logging.getLogger("node_ipam_lb.readiness")
+
+WEBHOOK_KINDS: tuple[WebhookKind, ...] = (
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+)
+READ_TIMEOUT_SECONDS = 5.0
+"""Longest one GET of a webhook configuration may take (with ``request_timeout_seconds``
+if shorter): one kubelet readiness period."""
+NOT_READY_FIRST_SECONDS = 1.0
+"""First pause between two reads while not in force; it doubles up to the next one."""
+NOT_READY_MAX_SECONDS = 5.0
+"""Longest pause between two reads while not in force: one kubelet readiness period, so a
+bundle written by cainjector (or the leader) is seen within ~5 s."""
+NOT_CHECKED = Verdict(False, "webhook caBundle not checked yet")
+
+
+class WebhookReader(Protocol):
+    """What the check reads (:class:`app.kube.client.KubernetesAPI`). Errors: ApiError."""
+
+    def read_webhook_configuration(self, kind: WebhookKind, *, name: str) -> dict[str, Any] | None:
+        """GET a webhook configuration; ``None`` when it does not exist."""
+        ...
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class CaBundleReadiness:
+    """The cached "in force" verdict of one replica, refreshed on a daemon thread.
+
+    ``api`` reads the configurations named ``name``; ``served`` returns the PEM this
+    replica presents in its next TLS handshake (:meth:`app.web.tls.ReloadingContext.
+    served_certificate`); ``interval`` (seconds) is the re-check period while in force;
+    ``clock`` is aware UTC (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        *,
+        api: WebhookReader,
+        name: str,
+        served: Callable[[], bytes],
+        interval: float,
+        clock: Callable[[], datetime.datetime] = _utc_now,
+    ) -> None:
+        self.api = api
+        self.name = name
+        self.served = served
+        self.interval = interval
+        self.clock = clock
+        self._verdict = NOT_CHECKED
+        self._checked = False
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, *, api: WebhookReader, served: Callable[[], bytes]
+    ) -> CaBundleReadiness | None:
+        """The check the settings call for, or ``None`` when readiness does not depend on a
+        caBundle (the rule, docs/design.md §5, Health):
+
+        - ``webhook`` false: ``serve`` answers no admission request, there is nothing to be
+          in force (the chart then installs no webhook configuration either);
+        - no ``tls_cert_file``: the certificate is generated at start-up and its CA written
+          to ``--ca-bundle-out``; whoever reads that file registers the webhook, not us
+          (development, tests).
+
+        Otherwise the check runs; a configuration that does not exist is not waited for
+        (:func:`app.core.cabundle.in_force`)."""
+        if not settings.webhook or settings.tls_cert_file is None:
+            return None
+        return cls(
+            api=api,
+            name=settings.webhook_configuration_name,
+            served=served,
+            interval=settings.cert_check_interval_seconds,
+        )
+
+    def ready(self) -> tuple[bool, str]:
+        """``(True, "")``, or ``(False, reason)`` from the last check. Reads one attribute:
+        never blocks, never calls the API; safe from any thread (``/readyz``)."""
+        verdict = self._verdict
+        return (True, "") if verdict.ready else (False, verdict.reason)
+
+    @property
+    def verdict(self) -> Verdict:
+        """The last verdict (:data:`NOT_CHECKED` before the first check)."""
+        return self._verdict
+
+    def check(self) -> Verdict:
+        """Read both configurations and the served certificate, decide, keep and return the
+        verdict. An API error keeps the previous verdict (a replica in force stays Ready
+        through an API server outage: kube-apiserver still calls it); before the first
+        successful read the error is the reason. Never raises ApiError."""
+        try:
+            configurations = {
+                f"{kind}/{self.name}": self.api.read_webhook_configuration(kind, name=self.name)
+                for kind in WEBHOOK_KINDS
+            }
+        except ApiError as err:
+            if not self._checked:
+                self._set(Verdict(False, f"cannot read the webhook configurations: {err}"))
+            else:
+                log_event(
+                    LOG, "webhook caBundle check failed", level=logging.WARNING, error=str(err)
+                )
+            return self._verdict
+        try:
+            chain = served_chain(self.served())
+        except (OSError, ValueError) as err:
+            verdict = Verdict(False, f"cannot read the serving certificate: {err}")
+        else:
+            verdict = in_force(configurations, chain=chain, now=self.clock())
+        self._checked = True
+        self._set(verdict)
+        return verdict
+
+    def _set(self, verdict: Verdict) -> None:
+        previous, self._verdict = self._verdict, verdict
+        if verdict != previous:
+            log_event(
+                LOG,
+                "webhook in force" if verdict.ready else "webhook not in force",
+                level=logging.INFO if verdict.ready else logging.WARNING,
+                reason=verdict.reason,
+            )
+
+    def start(self) -> None:
+        """Check at once, then as the module docstring says, on a daemon thread."""
+        self._thread = threading.Thread(target=self._loop, name="cabundle-check", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Check now instead of at the end of the pause; returns at once."""
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread (waits at most ``timeout`` seconds)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def healthy(self) -> tuple[bool, str]:
+        """``(False, why)`` when the check thread is not running (for ``/healthz``: a dead
+        thread would freeze the verdict), else ``(True, "")``."""
+        if self._thread is None or not self._thread.is_alive():
+            return False, "webhook caBundle check is not running"
+        return True, ""
+
+    def _loop(self) -> None:
+        pause = NOT_READY_FIRST_SECONDS
+        while not self._stop.is_set():
+            try:
+                ready = self.check().ready
+            except Exception as err:  # keep the thread alive: a dead one freezes the verdict
+                LOG.exception("webhook caBundle check failed: %s", err)
+                ready = False
+            if ready:
+                pause, delay = NOT_READY_FIRST_SECONDS, self.interval
+            else:
+                delay, pause = pause, min(pause * 2, NOT_READY_MAX_SECONDS)
+            self._wake.wait(delay)
+            self._wake.clear()
