@@ -370,6 +370,14 @@ def serve(
     cert_check_interval_seconds: Annotated[
         float | None, _flag("Certificate and caBundle check period, seconds")
     ] = None,
+    admission_probe_namespace: Annotated[
+        str | None,
+        _flag(
+            "Readiness: a dry-run Service with a malformed selector in this namespace must be"
+            " denied by the webhook; '' turns the probe off",
+            default="default",
+        ),
+    ] = None,
 ) -> None:
     """Run the webhook, reconciler and preview API over HTTPS (every flag is also NODE_IPAM_*)."""
     flags = dict(locals())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
@@ -150,10 +151,23 @@ class Settings(SelectionConfig):
     cert_validity_seconds: float = Field(default=365 * 86400.0, gt=0, le=CERT_SECONDS_MAX)
     cert_renew_before_seconds: float = Field(default=90 * 86400.0, gt=0, le=CERT_SECONDS_MAX)
     cert_check_interval_seconds: float = Field(default=30.0, gt=0, le=DAY_SECONDS)
+    # Readiness (app/web/webhookready.py): a dry-run Service with a malformed selector is
+    # created in this namespace and must be denied by our webhook; "" turns the probe off.
+    admission_probe_namespace: str = Field(default="default", max_length=63)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Benchmark only (bench/bench_churn.py), no flag: model Cilium's policy (every Node event
     # enqueues every managed Service; a status write on every reconcile) for comparison.
     cilium_compat_fanout: bool = False
+
+    @field_validator("admission_probe_namespace")
+    @classmethod
+    def _probe_namespace(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value):
+            raise ValueError(
+                f"{value!r}: must be a namespace name (a DNS-1123 label), or empty to turn"
+                " the probe off"
+            )
+        return value
 
     @field_validator("health_probe_bind_address")
     @classmethod

@@ -383,6 +383,19 @@ class KubernetesAPI:
         path = f"{WEBHOOK_CONFIGURATIONS}/{kind}/{name}"
         return self._json("PATCH", path, body=patch, content_type=JSON_PATCH)
 
+    def dry_run_create_service(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a Service with ``dryRun=All``: admission runs in full, webhooks included, and
+        nothing is stored (``metav1.CreateOptions.DryRun``). Returns the Service as it
+        would have been created.
+
+        Raises:
+            ApiError: a refusal, e.g. an admission webhook's denial (its status code,
+                usually 400 or 403, and ``admission webhook "NAME" denied the request:
+                ...``), or RBAC's 403 (``cannot create resource "services"``).
+        """
+        path = f"/api/v1/namespaces/{namespace}/services"
+        return self._json("POST", path, query=[("dryRun", "All")], body=body)
+
     def create_token_review(self, *, body: dict[str, Any]) -> dict[str, Any]:
         """See :meth:`ReviewAPI.create_token_review`."""
         return self._json("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=body)

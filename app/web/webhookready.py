@@ -9,6 +9,18 @@ that only its webhook answers) holds ``helm install`` until the webhook, with th
 cainjector wrote, is in force; here readiness itself says it, so ``kubectl rollout status``
 and the kustomize install get the same guarantee.
 
+A verified ``caBundle`` is not yet "in force": kube-apiserver reaches the webhook through
+its Service, whose new endpoint the node's kube-proxy programs up to a sync period later,
+and until then ``failurePolicy: Ignore`` admits (measured on tests/cluster: the first
+apply after ``helm install --wait`` admitted). So once the bundle verifies, the replica
+makes one **admission probe** (:func:`admission_probe`, ``admission_probe_namespace``):
+a dry-run create of a Service with a malformed selector, which only our webhook refuses;
+Ready once it is refused, and again after every time the bundle stopped verifying. For it
+to reach a replica that is not Ready yet, the webhook Service publishes not-ready
+addresses (deploy/: ``publishNotReadyAddresses: true``), as the first replica of a fresh
+install must be reachable before any is Ready. RBAC without ``create services`` there (or
+no such namespace): one WARNING, and readiness rests on the ``caBundle`` alone.
+
 Cost: the probes never call the API server. A daemon thread reads the two configurations
 (two GETs by name, each bounded by :data:`READ_TIMEOUT_SECONDS`) every
 ``cert_check_interval_seconds`` while in force, every :data:`NOT_READY_FIRST_SECONDS`
@@ -49,6 +61,68 @@ NOT_READY_MAX_SECONDS = 5.0
 """Longest pause between two reads while not in force: one kubelet readiness period, so a
 bundle written by cainjector (or the leader) is seen within ~5 s."""
 NOT_CHECKED = Verdict(False, "webhook caBundle not checked yet")
+PROBE_SERVICE_NAME = "node-ipam-lb-admission-probe"
+PROBE_SELECTOR = "node-ipam-lb.io/admission-probe in ("
+"""A selector apimachinery refuses (``found '', expected: identifier``): our validating
+webhook denies every Service of our class that carries it (docs/design.md §7)."""
+
+
+class ServiceCreator(Protocol):
+    """What the admission probe calls (:class:`app.kube.client.KubernetesAPI`)."""
+
+    def dry_run_create_service(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a Service with ``dryRun=All``. Errors: ApiError."""
+        ...
+
+
+def probe_service(namespace: str, *, load_balancer_class: str, annotation: str) -> dict[str, Any]:
+    """The Service the admission probe sends (never stored: ``dryRun=All``): a LoadBalancer
+    of our class in ``namespace`` whose ``annotation`` holds :data:`PROBE_SELECTOR`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": PROBE_SERVICE_NAME,
+            "namespace": namespace,
+            "annotations": {annotation: PROBE_SELECTOR},
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": load_balancer_class,
+            "ports": [{"name": "probe", "port": 1, "protocol": "TCP"}],
+        },
+    }
+
+
+def admission_probe(
+    api: ServiceCreator, *, namespace: str, load_balancer_class: str, annotation: str
+) -> Verdict | None:
+    """Whether kube-apiserver, right now, refuses what our validating webhook refuses: a
+    dry-run create of :func:`probe_service` (the check ``cmctl check api`` makes for
+    cert-manager's webhook). The webhook's ``failurePolicy: Ignore`` admits while
+    kube-apiserver cannot reach it (no endpoint programmed by its node's kube-proxy yet,
+    a ``caBundle`` it has not loaded yet), and a verified ``caBundle`` cannot see that.
+
+    Returns ``Verdict(True, ...)`` when the webhook denied it, ``Verdict(False, why)`` when
+    the server admitted it or the call failed, and ``None`` when the probe cannot be made
+    here: RBAC refuses the create (403 without a webhook's denial) or the namespace does not
+    exist (404) -- readiness then rests on the ``caBundle`` alone, and the caller logs it.
+    """
+    body = probe_service(namespace, load_balancer_class=load_balancer_class, annotation=annotation)
+    try:
+        api.dry_run_create_service(namespace=namespace, body=body)
+    except ApiError as err:
+        if "denied the request" in err.reason and annotation in err.reason:
+            return Verdict(True, "")
+        if err.status in (403, 404):
+            return None
+        return Verdict(False, f"admission probe (dry-run Service in {namespace}) failed: {err}")
+    return Verdict(
+        False,
+        f"kube-apiserver admitted a dry-run Service with a malformed selector in namespace"
+        f" {namespace}: it does not reach the webhook yet (failurePolicy Ignore: the webhook"
+        " Service's endpoints not programmed yet, or the caBundle not loaded yet)",
+    )
 
 
 class WebhookReader(Protocol):
@@ -80,12 +154,15 @@ class CaBundleReadiness:
         served: Callable[[], bytes],
         interval: float,
         clock: Callable[[], datetime.datetime] = _utc_now,
+        probe: Callable[[], Verdict | None] | None = None,
     ) -> None:
         self.api = api
         self.name = name
         self.served = served
         self.interval = interval
         self.clock = clock
+        self.probe = probe
+        self._probed = False
         self._verdict = NOT_CHECKED
         self._checked = False
         self._stop = threading.Event()
@@ -109,11 +186,25 @@ class CaBundleReadiness:
         (:func:`app.core.cabundle.in_force`)."""
         if not settings.webhook or settings.tls_cert_file is None:
             return None
+        probe = None
+        namespace = settings.admission_probe_namespace
+        if namespace and hasattr(api, "dry_run_create_service"):
+            creator: Any = api
+
+            def probe() -> Verdict | None:
+                return admission_probe(
+                    creator,
+                    namespace=namespace,
+                    load_balancer_class=settings.load_balancer_class,
+                    annotation=settings.match_node_labels_annotation,
+                )
+
         return cls(
             api=api,
             name=settings.webhook_configuration_name,
             served=served,
             interval=settings.cert_check_interval_seconds,
+            probe=probe,
         )
 
     def ready(self) -> tuple[bool, str]:
@@ -151,6 +242,23 @@ class CaBundleReadiness:
             verdict = Verdict(False, f"cannot read the serving certificate: {err}")
         else:
             verdict = in_force(configurations, chain=chain, now=self.clock())
+        if not verdict.ready:
+            self._probed = False
+        elif self.probe is not None and not self._probed and any(configurations.values()):
+            probed = self.probe()
+            if probed is None:
+                log_event(
+                    LOG,
+                    "admission probe not possible",
+                    level=logging.WARNING,
+                    reason="no permission to create (dry run) Services in the probe namespace,"
+                    " or no such namespace: readiness rests on the caBundle alone",
+                )
+                self._probed = True
+            elif probed.ready:
+                self._probed = True
+            else:
+                verdict = probed
         self._checked = True
         self._set(verdict)
         return verdict

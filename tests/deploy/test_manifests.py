@@ -55,9 +55,15 @@ def test_every_rendered_object_validates_against_the_kubernetes_schema(
     assert checked >= 10
 
 
-KUBE_SYSTEM = {("Role", "node-ipam-lb-kube-proxy"), ("RoleBinding", "node-ipam-lb-kube-proxy")}
-"""The one Role (get ConfigMap kube-proxy, docs/design.md §4.10) and its binding that live
-in kube-system."""
+ELSEWHERE = {
+    ("Role", "node-ipam-lb-kube-proxy"): "kube-system",
+    ("RoleBinding", "node-ipam-lb-kube-proxy"): "kube-system",
+    ("Role", "node-ipam-lb-admission-probe"): "default",
+    ("RoleBinding", "node-ipam-lb-admission-probe"): "default",
+}
+"""The Roles, and their bindings, that live in another namespace: get ConfigMap
+kube-proxy in kube-system (docs/design.md §4.10), and create (dry-run) Services in the
+admission probe's namespace (§5, Health)."""
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -66,8 +72,9 @@ def test_every_object_lives_in_the_node_ipam_lb_namespace(kustomization: str) ->
         where = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in obj["metadata"], where
-        elif (obj["kind"], obj["metadata"]["name"]) in KUBE_SYSTEM:
-            assert obj["metadata"].get("namespace") == "kube-system", where
+        elif (obj["kind"], obj["metadata"]["name"]) in ELSEWHERE:
+            expected = ELSEWHERE[obj["kind"], obj["metadata"]["name"]]
+            assert obj["metadata"].get("namespace") == expected, where
         else:
             assert obj["metadata"].get("namespace") == NAMESPACE, where
 

@@ -26,7 +26,7 @@ from app.config import Settings
 from app.core.cabundle import NOT_IN_FORCE
 from app.core.certificates import CA_CERT
 from app.core.pki import generate_ca, generate_serving_cert
-from app.kube.client import KubernetesAPI
+from app.kube.client import ApiError, KubernetesAPI
 from app.web import webhookready
 from app.web.app import create_app
 from app.web.certsync import CertSync
@@ -356,3 +356,140 @@ def test_the_check_thread_survives_an_unexpected_error(
     assert alone.readiness.healthy() == (True, "")
     alone.readiness.stop()
     assert alone.readiness.healthy() == (False, "webhook caBundle check is not running")
+
+
+# -- the admission probe: the caBundle verifies, but does kube-apiserver call the webhook? --
+
+
+class _Creator:
+    """A stub of ``dry_run_create_service``: raises ``error`` or answers; counts calls."""
+
+    def __init__(self, error: ApiError | None = None) -> None:
+        self.error = error
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def dry_run_create_service(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append((namespace, body))
+        if self.error is not None:
+            raise self.error
+        return body
+
+
+ANNOTATION = "io.cilium.nodeipam/match-node-labels"
+DENIED = ApiError(
+    400,
+    'admission webhook "validate.node-ipam-lb.io" denied the request: metadata.annotations'
+    f"[{ANNOTATION}]: Invalid value: ...",
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (DENIED, True),
+        (None, False),  # admitted: failurePolicy Ignore, the webhook not reached
+        (ApiError(500, "etcdserver: request timed out"), False),
+        (ApiError(0, "connection refused"), False),
+        (ApiError(403, 'services is forbidden: cannot create resource "services"'), None),
+        (ApiError(404, 'namespaces "default" not found'), None),
+    ],
+)
+def test_the_admission_probe_is_ready_only_when_the_webhook_denies(
+    error: ApiError | None, expected: bool | None
+) -> None:
+    api = _Creator(error)
+    verdict = webhookready.admission_probe(
+        api, namespace="default", load_balancer_class="io.cilium/node", annotation=ANNOTATION
+    )
+    assert (None if verdict is None else verdict.ready) == expected
+    if verdict is not None and not verdict.ready:
+        assert "default" in verdict.reason
+    ((namespace, body),) = api.calls
+    assert namespace == body["metadata"]["namespace"] == "default"
+    assert body["spec"]["loadBalancerClass"] == "io.cilium/node"
+    assert body["metadata"]["annotations"] == {ANNOTATION: webhookready.PROBE_SELECTOR}
+
+
+def test_the_probe_selector_is_one_our_webhook_denies() -> None:
+    from app.core.selector import SelectorError, parse
+
+    with pytest.raises(SelectorError):
+        parse(webhookready.PROBE_SELECTOR)
+
+
+def test_a_verified_bundle_waits_for_the_probe_once_per_time_in_force(
+    fake_api: FakeApiServer, replica: Make
+) -> None:
+    seed_webhook_configurations(fake_api)
+    leader = replica("pod-a", leader=True)
+    leader.certs.bootstrap(timeout=5)
+    leader.certs.sync()
+    answers: list[webhookready.Verdict | None] = [
+        webhookready.Verdict(False, "kube-apiserver admitted a dry-run Service"),
+        webhookready.Verdict(True, ""),
+    ]
+    calls: list[int] = []
+
+    def probe() -> webhookready.Verdict | None:
+        calls.append(1)
+        return answers.pop(0) if answers else webhookready.Verdict(True, "")
+
+    leader.readiness.probe = probe
+    first = leader.readiness.check()
+    assert (first.ready, first.reason) == (False, "kube-apiserver admitted a dry-run Service")
+    assert leader.readyz().status_code == 503
+    assert leader.readiness.check().ready
+    assert leader.readiness.check().ready
+    assert len(calls) == 2, "in force: the probe is not repeated"
+    # The bundle stops verifying (someone else's CA), then verifies again: probed again.
+    for kind in KINDS:
+        obj = fake_api.get(STORE[kind], WEBHOOK_CONFIGURATION)
+        for hook in obj["webhooks"]:
+            hook["clientConfig"]["caBundle"] = base64.b64encode(generate_ca().cert_pem).decode()
+        fake_api.seed([obj])
+    assert not leader.readiness.check().ready
+    leader.certs.sync()
+    assert leader.readiness.check().ready
+    assert len(calls) == 3
+
+
+def test_without_permission_to_probe_readiness_rests_on_the_bundle(
+    fake_api: FakeApiServer, replica: Make
+) -> None:
+    seed_webhook_configurations(fake_api)
+    leader = replica("pod-a", leader=True)
+    leader.certs.bootstrap(timeout=5)
+    leader.certs.sync()
+    leader.readiness.probe = lambda: None
+    assert leader.readiness.check().ready
+
+
+def test_the_probe_through_the_fake_api_server_is_a_dry_run_that_is_admitted_unreached(
+    fake_api: FakeApiServer,
+) -> None:
+    """deploy/'s webhooks point at a Service the fake API server cannot reach, and their
+    failurePolicy is Ignore: the dry run is admitted (not ready), and nothing is stored."""
+    seed_webhook_configurations(fake_api)
+    fake_api.seed([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}])
+    api = KubernetesAPI(fake_api.client(), request_timeout=5)
+    verdict = webhookready.admission_probe(
+        api, namespace="default", load_balancer_class="io.cilium/node", annotation=ANNOTATION
+    )
+    assert verdict is not None and not verdict.ready
+    assert "admitted" in verdict.reason
+    assert api.read_service(namespace="default", name=webhookready.PROBE_SERVICE_NAME) is None
+
+
+def test_the_probe_is_wired_from_the_settings() -> None:
+    files = {"tls_cert_file": Path("tls.crt"), "tls_private_key_file": Path("tls.key")}
+    api: Any = _Creator(DENIED)
+    check = CaBundleReadiness.from_settings(Settings(**files), api=api, served=bytes)
+    assert check is not None and check.probe is not None
+    assert check.probe() == webhookready.Verdict(True, "")
+    assert api.calls[0][0] == "default"
+    off = CaBundleReadiness.from_settings(
+        Settings(admission_probe_namespace="", **files), api=api, served=bytes
+    )
+    assert off is not None and off.probe is None
+    with pytest.raises(ValueError, match=r"admission_probe_namespace|namespace name"):
+        Settings(admission_probe_namespace="Not_A_Namespace", **files)
