@@ -1,4 +1,4 @@
-"""``python -m app ...`` is ``node-ipam-lb ...`` (``node-ipam-lb demo`` starts its children so)."""
+"""``python -m app ...`` is ``node-ipam-lb ...`` (how tooling starts it with this interpreter)."""
 
 from app.cli import main
 

@@ -1,11 +1,10 @@
-"""Command line: ``node-ipam-lb preview|serve|demo|certs`` (also ``kubectl node-ipam ...``).
+"""Command line: ``node-ipam-lb preview|serve|certs`` (also ``kubectl node-ipam ...``).
 
 Thin: each command parses flags, builds settings and calls into the package.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import typing
 from collections.abc import Callable
@@ -388,48 +387,6 @@ def serve(
     except StartupError as err:
         typer.echo(f"node-ipam-lb serve: {err}", err=True)
         raise typer.Exit(2) from err
-
-
-@cli.command()
-def demo(
-    api: Annotated[
-        str,
-        typer.Option(
-            help="API server: fake (tests/fakeapi), real (tests.controlplane) or auto (real"
-            " when available, else fake)"
-        ),
-    ] = "auto",
-    port: Annotated[int, typer.Option(help="HTTPS port of serve on 127.0.0.1; 0 = any free")] = 0,
-    workdir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Directory for the log, kubeconfig and CA", show_default="a new temp dir"
-        ),
-    ] = None,
-    once: Annotated[
-        bool, typer.Option("--once", help="Stop everything after showing (for scripts and tests)")
-    ] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds each step may take")] = 90.0,
-) -> None:
-    """Run an API server, serve, both webhooks and the kind example on loopback; show
-    kubectl get svc, a denied selector and a live preview; stop on Ctrl-C. Needs a source
-    checkout and kubectl."""
-    from app.demo import run_demo
-
-    if api not in ("auto", "fake", "real"):
-        typer.echo(
-            f"error: --api: Unsupported value: {api!r}: supported values: auto, fake, real",
-            err=True,
-        )
-        raise typer.Exit(2)
-    if not math.isfinite(timeout) or timeout <= 0:
-        typer.echo(
-            f"error: --timeout: Invalid value: {timeout:g}: must be greater than 0", err=True
-        )
-        raise typer.Exit(2)
-    raise typer.Exit(
-        run_demo(api=api, port=port, workdir=workdir, once=once, timeout=timeout)  # type: ignore[arg-type]
-    )
 
 
 certs = typer.Typer(help="Certificate tooling for development (see certs/README.md).")

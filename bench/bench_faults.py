@@ -35,10 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app import demo
 from bench.procs import machine
 from tests.controlplane import faults
 from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
+from tests.devenv import manifests
 
 COLUMNS = (
     ("scenario", "scenario"),
@@ -140,7 +140,7 @@ def _certificates(workdir: Path) -> dict[str, Any]:
                 )
             a = world.replicas[0]
             port = a.url.rsplit(":", 1)[1]
-            configs = demo.webhook_configurations(f"https://{WEBHOOK_HOST}:{port}", b"")
+            configs = manifests.webhook_configurations(f"https://{WEBHOOK_HOST}:{port}", b"")
             for config in configs:
                 for hook in config["webhooks"]:
                     hook["clientConfig"].pop("caBundle", None)

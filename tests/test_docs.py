@@ -113,3 +113,25 @@ def test_the_metrics_how_to_reaches_the_lease_holder() -> None:
     metrics = _section("Metrics")
     assert "port-forward deployment/" not in metrics
     assert "{.spec.holderIdentity}" in metrics and 'port-forward "pod/${LEADER%_*}"' in metrics
+
+
+def test_the_first_command_runs_the_product_on_a_bundled_example_and_the_second_the_tests() -> None:
+    """Both work from the checkout as written: the first is the offline preview (what
+    tests/test_wheel.py also runs from an installed wheel), not a command that needs
+    test code (issue 31: ``node-ipam-lb demo`` started tests/ modules)."""
+    block = README.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 2
+    assert commands[0].endswith(
+        " && .venv/bin/node-ipam-lb preview -f examples/kind-4node/cluster.yaml"
+    )
+    assert commands[1].endswith(" && .venv/bin/python -m pytest")
+    assert (ROOT / "examples/kind-4node/cluster.yaml").is_file()
+
+
+def test_run_it_locally_points_to_the_development_walkthrough() -> None:
+    local = README.split("## Run it against an API server\n", 1)[1].split("\n## ", 1)[0]
+    assert ".venv/bin/python -m tests.devenv" in local
+    assert (ROOT / "tests/devenv/__main__.py").is_file()
+    for path in [ROOT / "README.md", *ROOT.glob("*/README.md"), ROOT / "docs/design.md"]:
+        assert "node-ipam-lb demo" not in path.read_text(), path

@@ -6,9 +6,13 @@ says what each layer may import.
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,3 +50,76 @@ def test_import_contracts_hold() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout, result.stdout
+
+
+# -- the product runs no test code (issue 31) ----------------------------------------------
+# lint-imports forbids app -> tests/bench imports (pyproject.toml); this also catches what an
+# import contract cannot see: a module name or path handed to a subprocess or importlib
+# ("-m", "tests.fakeapi"; ROOT / "tests" / "fakeapi"). Docstrings and comments may cite tests.
+NOT_PRODUCT = ("tests", "bench")
+NAMED = re.compile(r"(?<![\w.-])(?:tests|bench)(?:[./]\w|$)")
+
+
+def references_to_test_code(source: str) -> list[str]:
+    """``line: what`` for every import of, and every string (not a docstring) naming,
+    a module or path under ``tests/`` or ``bench/`` in Python ``source``."""
+    tree = ast.parse(source)
+    documentation = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in documentation
+            and (node.value in NOT_PRODUCT or NAMED.search(node.value))
+        ):
+            found.append(f"{node.lineno}: {node.value!r}")
+            continue
+        else:
+            continue
+        found += [f"{node.lineno}: import {n}" for n in names if n.split(".")[0] in NOT_PRODUCT]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("import tests.fakeapi\n", ["1: import tests.fakeapi"]),
+        ("from bench.procs import machine\n", ["1: import bench.procs"]),
+        ('args = [sys.executable, "-m", "tests.fakeapi"]\n', ["1: 'tests.fakeapi'"]),
+        ('path = ROOT / "tests" / "fakeapi"\n', ["1: 'tests'"]),
+        ('importlib.import_module("tests.controlplane")\n', ["1: 'tests.controlplane'"]),
+        (
+            'cmd = f"python -m tests.controlplane up {x}"\n',
+            ["1: 'python -m tests.controlplane up '"],
+        ),
+        ('def f():\n    """Checked by tests/core/test_x.py."""\n', []),
+        ('X = 1\n"""Attribute docstring citing tests/test_docs.py."""\n', []),
+        ("# see tests/test_user_messages.py\nx = 1\n", []),
+        ('names = ["contests.x", "latest", "my_tests/x", "attests"]\n', []),
+        ("from .tests import x\nimport testsuite\n", []),
+    ],
+)
+def test_the_check_for_test_code_in_the_product_sees_imports_and_names(
+    source: str, found: list[str]
+) -> None:
+    assert references_to_test_code(source) == found
+
+
+def test_the_product_imports_or_launches_no_test_code() -> None:
+    """app/ neither imports nor starts (``python -m tests...``) anything of tests/ or
+    bench/: an installed ``node-ipam-lb`` has neither (tests/test_wheel.py)."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "app").rglob("*.py"))
+        for line in references_to_test_code(path.read_text())
+    ]
+    assert found == []

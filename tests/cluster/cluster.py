@@ -992,6 +992,21 @@ def _processes_mentioning(text: str) -> list[tuple[int, list[str]]]:
     return found
 
 
+def missing_prerequisites() -> str | None:
+    """Why a cluster cannot run on this machine (not root, a tool or the CNI plugins
+    missing), or ``None``. The binaries and images are another matter:
+    :func:`tests.controlplane.build.find_binaries`, :func:`tests.cluster.images.find_images`."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, mounts, cgroups)"
+    tools = ("containerd", "runc", "ctr", "nsenter", "unshare", "ip", "iptables-restore")
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if not (CNI_BIN / "bridge").exists():
+        missing.append(f"{CNI_BIN}/bridge (containernetworking-plugins)")
+    if missing:
+        return "missing: " + ", ".join(missing) + " (.ci/run installs them with apt-get)"
+    return None
+
+
 def leftovers(cluster_id: str, workdir: Path) -> list[str]:
     """What is left on this machine of the cluster ``cluster_id`` whose work dir was
     ``workdir``: processes naming either, mounts under the work dir, network namespaces

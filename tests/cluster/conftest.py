@@ -12,12 +12,11 @@ containerd, runc or the CNI plugins the tests are skipped, or fail under
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.cluster import CNI_BIN, Cluster, leftovers, purge_abandoned
+from tests.cluster.cluster import Cluster, leftovers, missing_prerequisites, purge_abandoned
 from tests.cluster.images import Images, build_images, find_images
 from tests.controlplane.build import Binaries, ControlPlaneUnavailable
 from tests.controlplane.pytest_plugin import REQUIRE_ENV
@@ -53,7 +52,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the images before any test runs, if a selected test needs the cluster."""
     if not any(_uses_cluster(item) for item in session.items) or find_images() is not None:
         return
-    if _missing():
+    if missing_prerequisites():
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
 
@@ -65,19 +64,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         build_images(progress=progress)
     except ControlPlaneUnavailable as err:
         session.config.stash[_IMAGES_ERROR] = str(err)
-
-
-def _missing() -> str | None:
-    """Why a cluster cannot run here, or ``None``."""
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, mounts, cgroups)"
-    tools = ("containerd", "runc", "ctr", "nsenter", "unshare", "ip", "iptables-restore")
-    missing = [tool for tool in tools if shutil.which(tool) is None]
-    if not (CNI_BIN / "bridge").exists():
-        missing.append(f"{CNI_BIN}/bridge (containernetworking-plugins)")
-    if missing:
-        return "missing: " + ", ".join(missing) + " (.ci/run installs them with apt-get)"
-    return None
 
 
 def _unavailable(reason: str) -> None:
@@ -107,7 +93,7 @@ def cluster_images(request: pytest.FixtureRequest) -> Images:
 def cluster_prerequisites() -> None:
     """Skips (or fails, see the module doc) when a cluster cannot run here; removes what
     killed earlier runs left (``purge_abandoned``: only clusters whose owner is gone)."""
-    reason = _missing()
+    reason = missing_prerequisites()
     if reason is not None:
         _unavailable(reason)
     purge_abandoned()

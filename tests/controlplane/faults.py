@@ -40,7 +40,6 @@ from typing import Any
 
 import httpx
 
-from app import demo
 from app.config import Settings
 from app.controller.cache import ClusterCache
 from app.controller.informer import Informer
@@ -61,6 +60,7 @@ from tests.controlplane.serving import (
     tls,
     wait_for,
 )
+from tests.devenv import manifests
 
 SA_USER = f"system:serviceaccount:{NAMESPACE}:{NAMESPACE}"
 MATCH = "io.cilium.nodeipam/match-node-labels"
@@ -639,12 +639,13 @@ class StoppedWebhook:
 def apply_webhooks(
     plane: ControlPlane, configurations: list[dict[str, Any]], world: World
 ) -> dict[str, Any]:
-    """``kubectl apply`` the webhook ``configurations`` (:func:`app.demo.webhook_configurations`)
-    and return the demo's malformed Service in ``world``'s namespace, to probe them with
-    :func:`webhook_denies` (kube-apiserver picks new configurations up after a moment)."""
+    """``kubectl apply`` the webhook ``configurations``
+    (:func:`tests.devenv.manifests.webhook_configurations`) and return the walk-through's
+    malformed Service in ``world``'s namespace, to probe them with :func:`webhook_denies`
+    (kube-apiserver picks new configurations up after a moment)."""
     listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": configurations})
     plane.kubectl("apply", "-f", "-", input=listing)
-    bad = demo.bad_service()
+    bad = manifests.bad_service()
     bad["metadata"]["namespace"] = world.namespace
     return bad
 
@@ -667,7 +668,8 @@ def webhook_stopped(plane: ControlPlane, workdir: Path) -> StoppedWebhook:
     try:
         a, b = world.start_replicas(2)
         world.wait_ready([a, b])
-        bad = apply_webhooks(plane, demo.webhook_configurations(a.url, a.ca.read_bytes()), world)
+        configurations = manifests.webhook_configurations(a.url, a.ca.read_bytes())
+        bad = apply_webhooks(plane, configurations, world)
         wait_for(lambda: webhook_denies(plane, bad), "the validating webhook answers")
         world.converge(60)
         a.process.send_signal(signal.SIGSTOP)

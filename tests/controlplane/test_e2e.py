@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 import yaml
 
-from app import demo
 from tests.cases import read_expected
 from tests.controller.support import distinct_port
 from tests.controlplane.plane import ControlPlane
@@ -41,6 +40,7 @@ from tests.controlplane.serving import (
     wait_ready,
     warnings,
 )
+from tests.devenv import manifests
 
 pytestmark = pytest.mark.controlplane
 
@@ -82,13 +82,13 @@ def world(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
     )
     try:
         wait_ready(process, url, ca, log)
-        configs = demo.webhook_configurations(url, ca.read_bytes())
+        configs = manifests.webhook_configurations(url, ca.read_bytes())
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": configs})
         _apply_ok(control_plane, text)
         world = World(control_plane, url, ca, log, process)
         # kube-apiserver sees new webhook configurations through its informer: wait until
         # the validating webhook answers (a server-side dry run of a bad Service is denied).
-        bad = demo.bad_service()
+        bad = manifests.bad_service()
 
         def denied() -> bool:
             got = world.kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(bad))
@@ -150,7 +150,7 @@ def test_every_overlay_is_accepted_by_the_real_server(world: World, overlay: str
 
 def test_malformed_selector_is_denied_with_our_message(world: World) -> None:
     namespace = _fresh_namespace(world.plane)
-    bad = demo.bad_service()
+    bad = manifests.bad_service()
     bad["metadata"]["namespace"] = namespace
     got = world.kubectl("apply", "-f", "-", stdin=json.dumps(bad))
     assert got.returncode == 1
@@ -201,7 +201,7 @@ def test_class_is_defaulted_under_default_nodeipam(world: World) -> None:
 def example(world: World) -> Iterator[World]:
     """The kind example applied as a client would; deleted afterwards (the session's other
     tests apply it verbatim, with other cluster IPs)."""
-    objects = demo.example_objects()
+    objects = manifests.example_objects()
     listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
     _apply_ok(world, listing)
     yield world

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app import demo
 from tests.cases import CASES, read_expected
 from tests.controlplane.plane import ControlPlane
+from tests.devenv import manifests
 from tests.peers.cilium.build import cilium_version
 from tests.peers.cilium.differential import Api, cilium_manages, ingress
 from tests.peers.cilium.peer import CiliumNodeIpam, PeerError
@@ -46,7 +46,7 @@ def test_cilium_writes_the_kind_example_rows(
     """Cilium's controller, started as cilium-operator does (default ``lbipam``), on the
     kind example: every row of expected.txt, ``untouched`` ones never written."""
     plane = own_control_plane
-    objects = demo.example_objects()
+    objects = manifests.example_objects()
     listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
     plane.kubectl("apply", "-f", "-", input=listing)
     wanted = read_expected(KIND)

@@ -1,0 +1,2 @@
+"""Development tooling: the walk-through from clone to ``curl`` (``python -m tests.devenv``,
+its module docstring says what it does) and the manifests it applies."""
