@@ -36,10 +36,11 @@ per-object spam filter of ``tools/record``):
   is a listed Warning that comes back after the term started with another outcome in its
   slot (addresses, ``record_only`` or not, or the condition cleared): it did not hold at
   the start, so its series is counted at once.
-  Normal Events are not listed: ``IPsAssigned`` and ``ExternalIPPreferred`` only
-  accompany a status write, which a restart of a synced cluster never makes, and
-  ``WaitingForEndpoints`` lasts the first minutes of a new Service (a term starting then
-  says it once more), so the List stays small. A series
+  Other Normal Events are not listed: ``IPsAssigned`` and ``ExternalIPPreferred`` only
+  accompany a status write, which a restart of a synced cluster never makes; the Normal
+  ``WaitingForEndpoints`` is not tied to a write, so it is listed with the Warnings (a
+  second List, ``type=Normal,reason=WaitingForEndpoints``) and a restart during a new
+  Service's grace does not say it again. A series
   whose Event is gone (404, e.g. the 1 h ``--event-ttl``) is created again, as
   client-go does. The note is immutable once created, so it is part of the key.
 - Events are ``events.k8s.io/v1`` (``reportingController``/``reportingInstance``); if that
@@ -74,6 +75,10 @@ REPORTING_CONTROLLER = "node-ipam-lb.io/controller"
 
 NORMAL = "Normal"
 WARNING = "Warning"
+WAITING_FOR_ENDPOINTS = "WaitingForEndpoints"
+"""The one Normal reason that is listed at the start of a term with the Warnings: it is
+not tied to a status write, so a restart during a new Local Service's grace would say it
+again otherwise."""
 
 QUEUE_SIZE = 20_000
 """Events waiting to be sent at most (client-go: 1,000; a cold start of 10,000 Services
@@ -568,27 +573,31 @@ class EventRecorder:
         )
 
     def _prime(self) -> None:
-        """Fill the series cache with this controller's Warning Events on Services (one
-        paged List). A failure leaves it empty: Events are then created, not lost."""
+        """Fill the series cache with this controller's Warning Events on Services, and its
+        Normal ``WaitingForEndpoints`` ones (two paged Lists). A failure leaves it empty:
+        Events are then created, not lost."""
         self._series.clear()
-        selector = f"reportingController={self._controller},type={WARNING}"
         found: dict[SeriesKey, tuple[float, _Series]] = {}
-        token: str | None = None
         try:
-            while True:
-                version = "v1" if self._core_v1 else "events.k8s.io/v1"
-                if self._core_v1:
-                    selector = f"reportingComponent={self._controller},type={WARNING}"
-                page = self._api.list_events(
-                    api_version=version, field_selector=selector, limit=500, continue_token=token
-                )
-                for obj in page.get("items") or []:
-                    parsed = self._parse_listed(obj, version)
-                    if parsed is not None and parsed[1][0] >= found.get(parsed[0], (0.0,))[0]:
-                        found[parsed[0]] = parsed[1]
-                token = (page.get("metadata") or {}).get("continue") or None
-                if token is None:
-                    break
+            # Field selectors cannot OR: one paged List per kind of Event kept across terms.
+            for wanted in (f"type={WARNING}", f"type={NORMAL},reason={WAITING_FOR_ENDPOINTS}"):
+                token: str | None = None
+                while True:
+                    version = "v1" if self._core_v1 else "events.k8s.io/v1"
+                    field = "reportingComponent" if self._core_v1 else "reportingController"
+                    page = self._api.list_events(
+                        api_version=version,
+                        field_selector=f"{field}={self._controller},{wanted}",
+                        limit=500,
+                        continue_token=token,
+                    )
+                    for obj in page.get("items") or []:
+                        parsed = self._parse_listed(obj, version)
+                        if parsed is not None and parsed[1][0] >= found.get(parsed[0], (0.0,))[0]:
+                            found[parsed[0]] = parsed[1]
+                    token = (page.get("metadata") or {}).get("continue") or None
+                    if token is None:
+                        break
         except ApiError as err:
             if not self._core_v1 and resource_not_served(err):
                 self._core_v1 = True

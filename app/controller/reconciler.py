@@ -43,6 +43,7 @@ from app.controller.events import (
     NORMAL,
     NOTE_LIMIT_BYTES,
     STATUS_SLOT,
+    WAITING_FOR_ENDPOINTS,
     WARNING,
     EventRecorder,
     ServiceEvent,
@@ -89,7 +90,6 @@ that was never published may wait for its first ready endpoint with a Normal
 (docs/design.md §5): the Deployment controller's default ``progressDeadlineSeconds``, the
 time Kubernetes itself gives new Pods before it calls a rollout failed, and less than the
 15 min of the ``NodeIPAMLBServicesPending`` alert, so the Warning exists when it fires."""
-WAITING_FOR_ENDPOINTS = "WaitingForEndpoints"
 
 
 def name_list(names: Sequence[str], shown: int = NAMES_SHOWN) -> str:

@@ -399,7 +399,9 @@ def test_an_unchanged_warning_across_restarts_is_one_event_whose_series_counts_t
             wait_until(lambda: fake_api.requests().get("create events", 0) == 1, what="Event")
         else:
             wait_until(
-                lambda n=start: fake_api.requests().get("list events", 0) == n,  # type: ignore[misc]
+                lambda n=start: (
+                    fake_api.requests().get("list events", 0) == 2 * n
+                ),  # Warnings, WaitingForEndpoints  # type: ignore[misc]
                 what=f"start {start} primed its series",
             )
             assert controller.recorder.flush(10)

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from app.controller.events import (
+    NORMAL,
+    WAITING_FOR_ENDPOINTS,
     WARNING,
     EventRecorder,
     ServiceEvent,
@@ -229,7 +231,7 @@ def test_a_restart_soon_after_writes_nothing_about_a_warning_that_still_holds() 
     restarted.reset()
     assert restarted.emit(namespace="default", name="web", event=warning("bad selector"))
     restarted.flush()
-    assert api.calls["list events"] == 2, "primed at each start"
+    assert api.calls["list events"] == 4, "primed at each start (Warnings, WaitingForEndpoints)"
     assert api.calls["create events"] == 1
     assert api.calls["patch events"] == 0
     assert "series" not in api.events[0]
@@ -423,3 +425,22 @@ def test_a_three_quarters_full_queue_is_sent_even_while_defer_holds() -> None:
         assert len(api.events) == 1 and events.pending() == 2
     finally:
         events.stop()
+
+
+def test_a_restart_during_the_grace_does_not_say_waiting_for_endpoints_again() -> None:
+    """The Normal ``WaitingForEndpoints`` is not tied to a status write, so it is listed at
+    the start of a term with the Warnings: a restart while a new Local Service still waits
+    for its Pods writes no Event (bench_restart's target: 0 Events)."""
+    api = MemoryAPI()
+    clock = [1e9]
+    waiting = ServiceEvent(NORMAL, WAITING_FOR_ENDPOINTS, "SelectNodes", "no ready endpoint yet")
+    first = EventRecorder(api=api, identity="pod-a", clock=lambda: clock[0])
+    first.emit(namespace="default", name="web", event=waiting)
+    first.flush()
+    clock[0] += 60
+    restarted = EventRecorder(api=api, identity="pod-b", clock=lambda: clock[0])
+    restarted.reset()
+    restarted.emit(namespace="default", name="web", event=waiting)
+    restarted.flush()
+    assert api.calls["create events"] == 1
+    assert api.calls["patch events"] == 0

@@ -163,6 +163,11 @@ def test_a_lone_lease_holder_writes_the_ca_bundle_and_then_reports_ready(
             str(tmp_path / "tls.crt"),
             "--tls-private-key-file",
             str(tmp_path / "tls.key"),
+            # The fake API server cannot reach the webhook through its Service, so the
+            # admission probe would be admitted for ever (failurePolicy Ignore): off here;
+            # tests/web/test_webhookready.py and tests/cluster test it.
+            "--admission-probe-namespace",
+            "",
         ],
         cwd=ROOT,
         env={**os.environ, "TMPDIR": str(tmp_path)},
