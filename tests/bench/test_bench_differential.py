@@ -54,13 +54,14 @@ def test_counts_rules_and_fails_on_an_unexplained_difference(
     assert _Canned.runs == [(0, "lbipam"), (2, "lbipam"), (1, "nodeipam"), (3, "nodeipam")]
     assert _Canned.shrunk == ["ns/c"]
     counted: dict[str, Any] = {}
-    for line in out.split("Services per rule", 1)[1].splitlines()[1:5]:
+    for line in out.split("Services per rule", 1)[1].splitlines()[1:6]:
         name, value = line.split()
         counted[name] = int(value)
     assert counted == {
         "identical": 4,
         "canonical-addresses": 4,
         "family-numeric-order": 0,
+        "port-ownership": 0,
         "unexplained": 1,
     }
     assert "unexplained difference, seed 2, --default-lb-service-ipam lbipam: ns/c" in out

@@ -69,6 +69,28 @@ CHART_REQUIRED: dict[str, tuple[str, dict[str, Any]]] = {
 """Settings the chart uses as object names or ports: never null (with the chart's extra
 constraints, Kubernetes name rules)."""
 
+_PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+_RANGE = rf"{_PORT}(-{_PORT})?(/([Tt][Cc][Pp]|[Uu][Dd][Pp]|[Ss][Cc][Tt][Pp]))?"
+_NS = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_LIST = r"^[ ,]*({item}([ ]*{sep}[ ]*{item})*)?[ {sep}]*$"
+FORMATS: dict[str, dict[str, Any]] = {
+    # app.core.ports.parse_port_ranges: PORT or FIRST-LAST, /TCP|UDP|SCTP, comma-separated
+    # (a range that ends before it starts passes here and fails serve).
+    "reserved_node_ports": {"pattern": _LIST.format(item=_RANGE, sep=",")},
+    # app.core.ports.parse_namespaces: DNS-1123 labels, comma-separated.
+    "allowed_namespaces": {"pattern": _LIST.format(item=_NS, sep=",")},
+    # app.core.ports.parse_port_exceptions: NAMESPACE/NAME:PORTS;... with + between ports.
+    "reserved_port_exceptions": {
+        "pattern": _LIST.format(
+            item=rf"{_NS}/[a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?:{_RANGE}(\+{_RANGE})*", sep=";"
+        )
+    },
+    # app.config.Settings: a namespace name, or empty (no probe).
+    "admission_probe_namespace": {"maxLength": 63, "pattern": rf"^({_NS})?$"},
+}
+"""Settings whose text has a format of its own that serve checks at start: the schema
+checks the same syntax, so `helm install` fails instead of Pods that crash-loop."""
+
 CONSTRAINTS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength")
 
 
@@ -94,6 +116,7 @@ def _setting(field: str, prop: dict[str, Any]) -> dict[str, Any]:
     if field in CHART_REQUIRED:
         why, extra = CHART_REQUIRED[field]
         return {**out, **extra, "description": f"{description}; chart: {why}"}
+    out.update(FORMATS.get(field, {}))
     out["type"] = [out["type"], "null"]
     if "enum" in out:
         out["enum"].append(None)

@@ -264,7 +264,7 @@ def test_values_schema_is_generated_from_the_settings_model() -> None:
     )
 
 
-def _samples(prop: dict[str, Any]) -> list[Any]:
+def _samples(prop: dict[str, Any], *, formatted: bool = False) -> list[Any]:
     """Values of the setting's JSON type around each of its limits, and enum members."""
     kinds = prop["type"] if isinstance(prop["type"], list) else [prop["type"]]
     samples: list[Any] = [None, "text", True]
@@ -277,10 +277,20 @@ def _samples(prop: dict[str, Any]) -> list[Any]:
         samples += [*prop["enum"], "NodeIPAM", "bogus"]
     if "string" in kinds:
         samples += ["", "x"]
+    if formatted:  # the formats' edges (tests/deploy/chart_schema.FORMATS)
+        samples += ["22", "22,80-90/udp", "65535", "65536", "99999", "0", "22,", " 22 , 53/TCP"]
+        samples += ["a-b", "Bad_Name", "a,b", "a/b:22", "ns/web:22+53/UDP;ns/x:1", "ns/web"]
+        samples += ["a" * 63, "a" * 64]
     return samples
 
 
 def _serve_accepts(field: str, value: Any) -> bool:
+    if field in chart_schema.FORMATS:  # serve checks the text's format at start-up
+        try:
+            Settings(**{field: value}).selection()
+        except ValueError:  # pydantic's ValidationError is one
+            return False
+        return True
     info = Settings.model_fields[field]
     annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
     adapter: TypeAdapter[Any] = TypeAdapter(annotation)
@@ -303,7 +313,7 @@ def test_schema_accepts_a_setting_exactly_when_serve_does(field: str) -> None:
     schema = chart_schema.settings_schema()
     name = chart_schema.flag(field)
     prop = schema["properties"][name]
-    for value in _samples(prop):
+    for value in _samples(prop, formatted=field in chart_schema.FORMATS):
         if value is None:
             accepted_by_serve = field not in chart_schema.CHART_REQUIRED  # null = unset
         else:
