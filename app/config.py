@@ -190,8 +190,7 @@ class Settings(SelectionConfig):
         and ``renewDeadline <= JitterFactor (1.2) * retryPeriod`` are errors, since a leader
         could then still act after another replica took over the Lease. Certificates: a
         check interval not shorter than ``cert_renew_before_seconds`` could let the
-        certificate expire between two checks (docs/design.md §7). The admission probe
-        (docs/design.md §5) cannot run in serve's own namespace, which the webhooks skip.
+        certificate expire between two checks (docs/design.md §7).
         """
         lease, renew = self.lease_duration_seconds, self.renew_deadline_seconds
         retry = self.retry_period_seconds
@@ -211,13 +210,6 @@ class Settings(SelectionConfig):
                 f"cert-check-interval-seconds ({interval:g}) must be less than"
                 f" cert-renew-before-seconds ({before:g}): the certificate could expire"
                 " between two checks"
-            )
-        probe = self.admission_probe_namespace
-        if self.webhook and probe and probe == self.leader_election_namespace:
-            raise ValueError(
-                f"admission-probe-namespace ({probe}) must not be the namespace serve runs in"
-                " (leader-election-namespace): the webhooks' namespaceSelector skips it, so"
-                " the probe would never be denied and no replica would become Ready"
             )
         return self
 

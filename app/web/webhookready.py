@@ -121,7 +121,8 @@ def admission_probe(
         False,
         f"kube-apiserver admitted a dry-run Service with a malformed selector in namespace"
         f" {namespace}: it does not reach the webhook yet (failurePolicy Ignore: the webhook"
-        " Service's endpoints not programmed yet, or the caBundle not loaded yet)",
+        " Service's endpoints not programmed yet, or the caBundle not loaded yet), or the"
+        " webhooks' namespaceSelector skips that namespace (--admission-probe-namespace)",
     )
 
 
