@@ -417,13 +417,19 @@ def test_the_probe_selector_is_one_our_webhook_denies() -> None:
         parse(webhookready.PROBE_SELECTOR)
 
 
-def test_a_verified_bundle_waits_for_the_probe_once_per_time_in_force(
-    fake_api: FakeApiServer, replica: Make
-) -> None:
+def bundled_leader(fake_api: FakeApiServer, replica: Make) -> Replica:
+    """deploy/'s configurations and a Lease holder that wrote its CA into their caBundle."""
     seed_webhook_configurations(fake_api)
     leader = replica("pod-a", leader=True)
     leader.certs.bootstrap(timeout=5)
     leader.certs.sync()
+    return leader
+
+
+def test_a_verified_bundle_waits_for_the_probe_once_per_time_in_force(
+    fake_api: FakeApiServer, replica: Make
+) -> None:
+    leader = bundled_leader(fake_api, replica)
     answers: list[webhookready.Verdict | None] = [
         webhookready.Verdict(False, "kube-apiserver admitted a dry-run Service"),
         webhookready.Verdict(True, ""),
@@ -456,10 +462,7 @@ def test_a_verified_bundle_waits_for_the_probe_once_per_time_in_force(
 def test_without_permission_to_probe_readiness_rests_on_the_bundle(
     fake_api: FakeApiServer, replica: Make
 ) -> None:
-    seed_webhook_configurations(fake_api)
-    leader = replica("pod-a", leader=True)
-    leader.certs.bootstrap(timeout=5)
-    leader.certs.sync()
+    leader = bundled_leader(fake_api, replica)
     leader.readiness.probe = lambda: None
     assert leader.readiness.check().ready
 

@@ -319,31 +319,37 @@ def delete(api: Api, cluster: Cluster, pool: ThreadPoolExecutor) -> None:
     list(pool.map(one, cluster.nodes))
 
 
-def ingress(api: Api, namespace: str) -> dict[str, list[dict[str, str]]]:
-    """``{name: status.loadBalancer.ingress}`` of every Service in ``namespace``."""
-    status, body = api.call("GET", f"/api/v1/namespaces/{namespace}/services")
-    if status != 200:
-        raise RuntimeError(f"list services in {namespace}: {status} {body}")
-    return {
-        item["metadata"]["name"]: item.get("status", {}).get("loadBalancer", {}).get("ingress")
-        or []
-        for item in body["items"]
-    }
-
-
 def services(api: Api, namespace: str) -> list[dict[str, Any]]:
     """Every Service of ``namespace`` as the server holds it."""
     status, body = api.call("GET", f"/api/v1/namespaces/{namespace}/services")
-    assert status == 200, body
+    if status != 200:
+        raise RuntimeError(f"list services in {namespace}: {status} {body}")
     items: list[dict[str, Any]] = body["items"]
     return items
 
 
+def ingress_of(held: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, str]]]:
+    """``{name: status.loadBalancer.ingress}`` of the Services ``held``."""
+    return {
+        item["metadata"]["name"]: item.get("status", {}).get("loadBalancer", {}).get("ingress")
+        or []
+        for item in held
+    }
+
+
+def families_of(held: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    """``{name: spec.ipFamilies}`` of the Services ``held``, as the server set them."""
+    return {i["metadata"]["name"]: i["spec"].get("ipFamilies", []) for i in held}
+
+
+def ingress(api: Api, namespace: str) -> dict[str, list[dict[str, str]]]:
+    """``{name: status.loadBalancer.ingress}`` of every Service in ``namespace``."""
+    return ingress_of(services(api, namespace))
+
+
 def families(api: Api, namespace: str) -> dict[str, list[str]]:
     """``{name: spec.ipFamilies}`` as the server set them."""
-    return {
-        i["metadata"]["name"]: i["spec"].get("ipFamilies", []) for i in services(api, namespace)
-    }
+    return families_of(services(api, namespace))
 
 
 def cilium_candidates(held: Sequence[dict[str, Any]], mode: str) -> dict[str, list[str]]:
@@ -608,12 +614,12 @@ class Differential:
     def _compare(self, cluster: Cluster, mode: str) -> list[Outcome]:
         namespace = cluster.namespace
         assert self.cilium_api is not None and self.our_api is not None
-        theirs = ingress(self.cilium_api, namespace)
-        ours = ingress(self.our_api, namespace)
-        fams = families(self.cilium_api, namespace)
+        held_by_cilium = services(self.cilium_api, namespace)  # one List per server
+        held_by_ours = services(self.our_api, namespace)
+        theirs, ours = ingress_of(held_by_cilium), ingress_of(held_by_ours)
+        fams = families_of(held_by_cilium)
         # serve started from blank statuses on its own server (its creationTimestamps)
-        candidates = cilium_candidates(services(self.cilium_api, namespace), mode)
-        lost = port_ownership_losses(services(self.our_api, namespace), candidates)
+        lost = port_ownership_losses(held_by_ours, cilium_candidates(held_by_cilium, mode))
         previewed = preview_dump(self.cilium_plane, namespace, mode, self.workdir)
         outcomes = []
         for name in sorted(theirs):
