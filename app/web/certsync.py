@@ -7,7 +7,9 @@ it when unusable, and writes ``tls.crt``/``tls.key`` to the files the server's
 ``cert_check_interval_seconds`` on a daemon thread:
 
 - every replica copies the Secret's current pair to its files (the server reloads them,
-  so a renewal is served without a restart);
+  so a renewal is served without a restart), but while the certificate it serves is still
+  valid, only once both configurations' ``caBundle`` has trusted the new one for
+  :data:`HANDOVER_SECONDS` (the hand-over, below);
 - the leader alone renews a serving certificate or CA that is due, replaces an unusable
   Secret, and writes the CA into ``caBundle`` of both webhook configurations whenever it
   is missing or different (healing a ``kubectl apply`` or Helm upgrade that wiped it).
@@ -17,6 +19,17 @@ Secret first, replace carries the read ``resourceVersion``; on 409 the Secret is
 again and decided anew. That is what makes the start-up exception safe: before any
 replica leads, every one may *create* a missing Secret or replace an *unusable* one,
 and exactly one write wins.
+
+The hand-over: kube-apiserver reads webhook configurations through an informer, so a
+``caBundle`` patch reaches its webhook client some time after the write (under a second
+when idle, seconds on a loaded control plane). A replica that switched to a certificate of
+a rotated CA right after the patch was measured being called by a kube-apiserver that
+still trusted only the old CA: the handshake failed and, with ``failurePolicy: Ignore``,
+a malformed selector was admitted (tests/cluster, CI of 2026-12-03). The old certificate
+stays valid and trusted through the overlap, so nothing is lost by serving it a little
+longer; a replica with no usable certificate (first start, expired, or one ``caBundle``
+no longer trusts, as after an unusable Secret was replaced) takes the new one at once, as
+there is nothing better to serve.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.config import Settings
+from app.core.cabundle import in_force, served_chain
 from app.core.certificates import (
     CA_CERT,
     CertificateError,
@@ -56,6 +70,11 @@ CONFLICT_RETRIES = 3
 BOOTSTRAP_TIMEOUT_SECONDS = 60.0
 STALE_AFTER_CHECKS = 10
 """:meth:`CertSync.healthy` fails once no check succeeded for this many check intervals."""
+HANDOVER_SECONDS = 10.0
+"""How long both configurations' ``caBundle`` must have trusted a new certificate (as this
+replica saw it) before the replica serves it in place of a still valid one: kube-apiserver's
+webhook-configuration informer lag, with room for a loaded control plane (module
+docstring)."""
 
 Writes = Literal["all", "urgent", "none"]
 """Which decisions a caller may carry out: leader, start-up, or a non-leader's tick."""
@@ -89,6 +108,7 @@ class CertSync:
         interval: float,
         clock: Callable[[], datetime.datetime] = _utc_now,
         monotonic: Callable[[], float] = time.monotonic,
+        handover_seconds: float = HANDOVER_SECONDS,
     ) -> None:
         self.api = api
         self.policy = policy
@@ -103,6 +123,12 @@ class CertSync:
         self._thread: threading.Thread | None = None
         self._last_success = monotonic()
         self._listeners: list[Callable[[], None]] = []
+        self.handover_seconds = handover_seconds
+        self._trusted: tuple[bytes, float] | None = None
+        """The new certificate waiting for its hand-over, and since when (monotonic) both
+        ``caBundle`` were seen trusting it."""
+        self._recheck_in: float | None = None
+        """Seconds until the next check must run to finish a hand-over (``None``: no wait)."""
 
     @classmethod
     def from_settings(
@@ -207,14 +233,30 @@ class CertSync:
     def write_files(self, secret: dict[str, Any] | None) -> bool:
         """Copy the Secret's serving pair to the served files when it differs; True if so.
 
+        While the served certificate is still valid and trusted by both webhook
+        configurations' ``caBundle``, the new pair is written only after that
+        ``caBundle`` has verified it too for ``handover_seconds``
+        (two GETs per check while it waits; the module docstring says why); meanwhile the
+        next check is due at the end of the wait. A configuration that does not exist does
+        not count (:func:`app.core.cabundle.in_force`).
+
         Raises:
             CertificateError: the Secret has no usable serving pair (files untouched).
+            ApiError: reading a webhook configuration failed (files untouched).
         """
+        self._recheck_in = None
         if secret is None:
             raise CertificateError(f"Secret {self.policy.secret_name} does not exist")
         pair = read_serving(secret.get("data") or {})
         if _read(self.cert_file) == pair.cert_pem and _read(self.key_file) == pair.key_pem:
+            self._trusted = None
             return False
+        if self._served_is_valid():
+            wait = self._handover_wait(pair.cert_pem)
+            if wait > 0:
+                self._recheck_in = wait
+                return False
+        self._trusted = None
         write_key_pair(pair, cert_path=self.cert_file, key_path=self.key_file)
         expiry = pair.certificate.not_valid_after_utc
         metrics.CERTIFICATE_EXPIRY.set(expiry.timestamp())
@@ -222,6 +264,46 @@ class CertSync:
             LOG, "serving certificate written", file=str(self.cert_file), expires=expiry.isoformat()
         )
         return True
+
+    def _served_is_valid(self) -> bool:
+        """The served file holds a certificate valid now (then it can be kept a while)."""
+        try:
+            leaf = served_chain(_read(self.cert_file) or b"")[0]
+        except ValueError:
+            return False
+        return leaf.not_valid_before_utc <= self.clock() < leaf.not_valid_after_utc
+
+    def _handover_wait(self, cert_pem: bytes) -> float:
+        """Seconds left before ``cert_pem`` may be served (0: now)."""
+        name = self.policy.webhook_configuration_name
+        configurations = {
+            f"{kind}/{name}": self.api.read_webhook_configuration(kind, name=name)
+            for kind in WEBHOOK_KINDS
+        }
+        if not any(configurations.values()):
+            return 0.0  # no webhook configured: no API server calls to break
+        served = served_chain(_read(self.cert_file) or b"")
+        if not in_force(configurations, chain=served, now=self.clock()).ready:
+            return 0.0  # what is served is not trusted either: nothing to keep
+        verdict = in_force(configurations, chain=served_chain(cert_pem), now=self.clock())
+        if not verdict.ready:
+            if self._trusted is None or self._trusted[0] != cert_pem:
+                log_event(
+                    LOG,
+                    "new serving certificate waits for caBundle to trust it",
+                    reason=verdict.reason,
+                )
+            self._trusted = (cert_pem, float("inf"))
+            return self.handover_seconds
+        now = self.monotonic()
+        if self._trusted is None or self._trusted[0] != cert_pem or self._trusted[1] > now:
+            self._trusted = (cert_pem, now)
+            log_event(
+                LOG,
+                "caBundle trusts the new serving certificate; serving it after the hand-over",
+                seconds=self.handover_seconds,
+            )
+        return max(0.0, self._trusted[1] + self.handover_seconds - now)
 
     def inject_ca_bundle(self, secret: dict[str, Any]) -> int:
         """Write ``ca.crt`` into every webhook's ``caBundle`` of both configurations where
@@ -379,7 +461,7 @@ class CertSync:
                 LOG.exception("certificate check failed: %s", err)
             else:
                 self._last_success = self.monotonic()
-                failures, delay = 0, self.interval
+                failures, delay = 0, min(self.interval, self._recheck_in or self.interval)
                 continue
             failures += 1
             delay = min(self.interval, 2.0 ** (failures - 1))

@@ -785,10 +785,13 @@ def test_a_ca_rotation_keeps_the_webhook_in_force(release: Cluster, helm: Path) 
     than the CA's remaining ten years (with lifetimes longer than the window, as serve
     requires) makes the CA due: the first Lease holder with the new settings rotates it at
     the start of its term (the new Pods' bootstrap does not: a rotation is not urgent). The
-    Secret and both caBundles then hold the new and the previous CA, the leader serves a
-    certificate of the new CA, the other replica one of the old until its next check: both
-    stay Ready and a malformed selector applied at once is denied. Afterwards the new CA
-    (15 years) is outside the 12-year window, so nothing rotates again."""
+    Secret and both caBundles then hold the new and the previous CA; each replica keeps
+    serving its old certificate for the hand-over (kube-apiserver's webhook informer may
+    not have the new caBundle yet: CI of 2026-12-03 was admitted right after the rotation
+    when the leader switched at once), then one of the new CA. A malformed selector applied
+    over and over from the rotation until both replicas serve the new CA is denied every
+    time, and both stay Ready. Afterwards the new CA (15 years) is outside the 12-year
+    window, so nothing rotates again."""
     assert secret_ca_count(release) == 1
     years = 365 * 86400
     helm_upgrade(
@@ -806,24 +809,30 @@ def test_a_ca_rotation_keeps_the_webhook_in_force(release: Cluster, helm: Path) 
 
     started = time.monotonic()
     wait_for("the new Lease holder to rotate the CA", rotated, timeout=90, interval=0.2)
-    error = applied(
-        release, service_manifest("bad-rotation", 9996, "Cluster", MALFORMED), "--dry-run=server"
-    )
     figure("helm upgrade --wait -> CA rotated (s)", round(time.monotonic() - started, 1))
-    assert error is not None, "admitted right after the CA rotation"
-    assert "denied the request" in error and SELECTOR in error, error
-    wait_for("both caBundles to hold both CAs", lambda: set(ca_bundle_counts(release)) == {2})
-    assert not_ready_pods(release) == []
+    rotated_at = time.monotonic()
+    admitted: list[float] = []
+    applies = 0
+    # Hand-over (10 s) plus the other replica's next check (every 30 s), with room.
+    while time.monotonic() - rotated_at < 45:
+        error = applied(
+            release,
+            service_manifest("bad-rotation", 9996, "Cluster", MALFORMED),
+            "--dry-run=server",
+        )
+        applies += 1
+        if error is None:
+            admitted.append(round(time.monotonic() - rotated_at, 1))
+        else:
+            assert "denied the request" in error and SELECTOR in error, error
+        if not_ready := not_ready_pods(release):
+            flips.append(not_ready)
+    figure("malformed selectors applied during the rotation", applies)
+    assert admitted == [], f"admitted at these seconds after the rotation: {admitted}"
+    assert set(ca_bundle_counts(release)) == {2}
     assert flips == [], "a Pod went not Ready during the rotation"
     texts = readyz_of_each_pod(release)
     assert set(texts.values()) == {"ok\n"}, texts
-    # The other replica takes the new certificate at its next check (every 30 s): still Ready.
-    time.sleep(35)
-    assert not_ready_pods(release) == []
-    error = applied(
-        release, service_manifest("bad-rotation", 9996, "Cluster", MALFORMED), "--dry-run=server"
-    )
-    assert error is not None and "denied the request" in error, error
 
 
 @pytest.mark.timeout(ROLLING_TIMEOUT)

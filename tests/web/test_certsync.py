@@ -205,6 +205,38 @@ def test_certificate_close_to_expiry_is_renewed_and_served_without_restart(
     assert renewals is not None and renewals >= 1
 
 
+def test_a_certificate_of_a_ca_that_cabundle_does_not_trust_is_not_served_while_the_old_is_valid(
+    fake_api: FakeApiServer, replica: Replica, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Secret moved to a new CA (someone replaced it; the leader has not written the new
+    caBundle yet): a replica whose served certificate is still valid keeps it, since
+    kube-apiserver could not verify the new one, logs why once, and asks for a check at the
+    end of the hand-over. With no valid certificate to keep, it takes the new one at once."""
+    old_ca, old_serving = good_pair()
+    fake_api.seed([secret(ca=old_ca, serving=old_serving)])
+    seed_webhook_configurations(fake_api)
+    leader = replica("pod-a", leader=True)
+    leader.bootstrap(timeout=5)
+    leader.sync()  # caBundle = old CA
+    follower = replica("pod-b")
+    follower.bootstrap(timeout=5)
+    served = follower.cert_file.read_bytes()
+    new_ca, new_serving = good_pair()
+    stored = stored_secret(fake_api)
+    fake_api.seed([{**secret(ca=new_ca, serving=new_serving), "metadata": stored["metadata"]}])
+    with caplog.at_level(logging.INFO, logger="node_ipam_lb.certs"):
+        for _ in range(3):
+            follower.sync()
+    assert follower.cert_file.read_bytes() == served
+    waits = [r for r in caplog.records if "waits for caBundle" in r.getMessage()]
+    assert len(waits) == 1, [r.getMessage() for r in caplog.records]
+    assert "is not signed by a CA in caBundle" in waits[0].__dict__["fields"]["reason"]
+    assert follower._recheck_in is not None and follower._recheck_in > 0
+    fresh = replica("pod-c")
+    fresh.bootstrap(timeout=5)  # nothing served yet: the Secret's pair at once
+    assert fresh.cert_file.read_bytes() == new_serving.cert_pem
+
+
 CORRUPT = [
     ("ca.crt is not a certificate", {CA_CERT: b64(b"garbage")},
      "has no usable CA: ca.crt: Invalid value: not a PEM certificate"),

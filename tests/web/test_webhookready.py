@@ -29,7 +29,7 @@ from app.core.pki import generate_ca, generate_serving_cert
 from app.kube.client import ApiError, KubernetesAPI
 from app.web import webhookready
 from app.web.app import create_app
-from app.web.certsync import CertSync
+from app.web.certsync import HANDOVER_SECONDS, CertSync
 from app.web.healthprobe import start_health_probes
 from app.web.routes.deps import AppState
 from app.web.tls import ReloadingContext, write_key_pair
@@ -78,6 +78,7 @@ def replica(fake_api: FakeApiServer, tmp_path: Path) -> Iterator[Make]:
         *,
         leader: bool = False,
         clock: Callable[[], datetime.datetime] | None = None,
+        monotonic: Callable[[], float] | None = None,
         timeout: float = 5,
     ) -> Replica:
         client = fake_api.client()
@@ -91,6 +92,7 @@ def replica(fake_api: FakeApiServer, tmp_path: Path) -> Iterator[Make]:
             is_leader=lambda: leader,
             interval=3600,
             **({"clock": clock} if clock else {}),
+            **({"monotonic": monotonic} if monotonic else {}),
         )
         readiness = CaBundleReadiness(
             api=KubernetesAPI(client, request_timeout=timeout),
@@ -212,12 +214,16 @@ def test_a_write_wakes_the_check_thread_at_once(
 def test_a_ca_rotation_keeps_every_replica_ready_through_the_overlap(
     fake_api: FakeApiServer, replica: Make
 ) -> None:
+    """The leader rotates the CA and writes both CAs into caBundle; every replica keeps
+    serving the old certificate for the hand-over (kube-apiserver's informer may not have
+    the new caBundle yet), then takes the new one at its next check. Ready throughout."""
     ca, serving = good_pair(ca_validity=15 * DAY)  # the CA is due in 5 days (renew 10 days)
     fake_api.seed([secret(ca=ca, serving=serving)])
     seed_webhook_configurations(fake_api)
     now = [datetime.datetime.now(datetime.UTC)]
-    leader = replica("pod-a", leader=True, clock=lambda: now[0])
-    follower = replica("pod-b")
+    ticks = [0.0]
+    leader = replica("pod-a", leader=True, clock=lambda: now[0], monotonic=lambda: ticks[0])
+    follower = replica("pod-b", clock=lambda: now[0], monotonic=lambda: ticks[0])
     for each in (leader, follower):
         each.certs.bootstrap(timeout=5)
     # The follower's check reads what its TLS server presents (reloaded as a handshake would).
@@ -228,18 +234,52 @@ def test_a_ca_rotation_keeps_every_replica_ready_through_the_overlap(
     leader.certs.sync()
     assert leader.readiness.check().ready and follower.readiness.check().ready
     served_before = reloading.served_certificate()
+    leader_before = leader.certs.cert_file.read_bytes()
 
     now[0] += 6 * DAY  # the CA is within its renewal window: the leader rotates it
     leader.certs.sync()
     stored = fake_api.get("secrets", POLICY.secret_name, POLICY.namespace)
     assert stored is not None
     assert base64.b64decode(stored["data"][CA_CERT]).count(b"BEGIN CERTIFICATE") == 2
-    assert leader.certs.cert_file.read_bytes() != served_before, "the leader serves the new one"
-    assert reloading.served_certificate() == served_before, "the follower still the old one"
+    follower.certs.sync()
+    assert leader.certs.cert_file.read_bytes() == leader_before, "the leader waits"
+    assert reloading.served_certificate() == served_before, "the follower waits"
+    assert leader.certs._recheck_in == HANDOVER_SECONDS
+    for each in (leader, follower):
+        assert each.readiness.check().ready, each.readiness.verdict  # the overlap
+
+    ticks[0] += HANDOVER_SECONDS - 0.1
+    leader.certs.sync()
+    assert leader.certs.cert_file.read_bytes() == leader_before, "not before the hand-over"
+    ticks[0] += 0.1
+    leader.certs.sync()
+    assert leader.certs.cert_file.read_bytes() != leader_before, "the leader serves the new one"
+    assert reloading.served_certificate() == served_before, "the follower until its check"
     assert leader.readiness.check().ready, leader.readiness.verdict
-    assert follower.readiness.check().ready, follower.readiness.verdict  # the overlap
+    assert follower.readiness.check().ready, follower.readiness.verdict
     follower.certs.sync()  # its next tick: the new certificate, served at the next handshake
     assert reloading.served_certificate() != served_before
+    assert follower.readiness.check().ready, follower.readiness.verdict
+
+
+def test_a_replaced_secret_is_served_at_once_when_the_old_certificate_is_no_longer_trusted(
+    fake_api: FakeApiServer, replica: Make
+) -> None:
+    """No overlap (an unusable Secret replaced, a new CA alone in caBundle): the old
+    certificate is not trusted any more, so waiting for the hand-over would only keep the
+    replica out of force longer; it takes the new one at its next check."""
+    fake_api.seed([secret(ca=None, serving=None)])  # unusable: the leader replaces it
+    seed_webhook_configurations(fake_api)
+    _, old_serving = good_pair()
+    follower = replica("pod-b", monotonic=lambda: 0.0)
+    write_key_pair(old_serving, cert_path=follower.certs.cert_file,
+                   key_path=follower.certs.key_file)  # fmt: skip
+    leader = replica("pod-a", leader=True)
+    leader.certs.bootstrap(timeout=5)
+    leader.certs.sync()  # caBundle = the new CA only
+    assert not follower.readiness.check().ready
+    follower.certs.sync()
+    assert follower.certs.cert_file.read_bytes() == leader.certs.cert_file.read_bytes()
     assert follower.readiness.check().ready, follower.readiness.verdict
 
 
