@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.health import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex, node_index
 from app.core.options import SelectionSettings
 from app.core.ports import Ownership, PortLookup, decide, stored_vip_ips
@@ -289,6 +290,7 @@ def select(
     endpoint_slices: Iterable[EndpointSliceView],
     settings: SelectionSettings,
     now: float,
+    unhealthy: Mapping[str, str] = NO_UNHEALTHY,
 ) -> Selection:
     """Compute ``service``'s ingress and explain it (docs/design.md §3-§4).
 
@@ -301,13 +303,16 @@ def select(
             ``kubernetes.io/service-name=<name>`` are read, and only for eTP=Local.
         settings: the selection settings.
         now: current time, epoch seconds (only the NotReady grace period reads it).
+        unhealthy: node name -> why, the nodes failing their health checks
+            (:attr:`app.core.health.HealthView.unhealthy`; empty with health checks off).
 
     Steps: selector annotation (apimachinery ``labels.Parse``; a parse error gives
     ``error`` and ``ingress=None``, an empty value matches all nodes), KEP-3458 node
-    predicates, eTP=Local endpoint filter, the optional NotReady filter (never empties
-    the list by itself), address choice (global ExternalIP preference, or per node with
-    ``per_node_address_fallback``), canonical text, dedup, order by ``spec.ipFamilies``
-    then numerically, entries ``{"ip", "ipMode"}``. Never raises on content.
+    predicates, eTP=Local endpoint filter, the optional NotReady filter and the health
+    filter (§4.11; neither empties the list by itself), address choice (global ExternalIP
+    preference, or per node with ``per_node_address_fallback``), canonical text, dedup,
+    order by ``spec.ipFamilies`` then numerically, entries ``{"ip", "ipMode"}``. Never
+    raises on content.
     """
     managed, why = is_managed(service, settings)
     if not managed:
@@ -349,7 +354,7 @@ def select(
     pool = len(candidates)
     ingress, selected, recheck_at = _advertise(
         indices, candidates, verdicts, families=families, wanted=wanted,
-        settings=settings, now=now, warnings=warnings,
+        settings=settings, now=now, warnings=warnings, unhealthy=unhealthy,
     )  # fmt: skip
     code, reason = selection_reason(
         ingress=ingress, counts=(len(node_list), matched, eligible, pool, selected),
@@ -369,6 +374,7 @@ def summarise(
     endpoint_slices: Iterable[EndpointSliceView],
     settings: SelectionSettings,
     now: float,
+    unhealthy: Mapping[str, str] = NO_UNHEALTHY,
 ) -> Summary | None:
     """:func:`select`'s ingress, reason, ``recheck_at`` and ExternalIPPreferred Nodes for a
     managed Service with a non-empty ingress, at the cost of its candidates only.
@@ -409,7 +415,7 @@ def summarise(
     verdicts: list[NodeVerdict | None] = [None] * len(candidates)
     ingress, selected, recheck_at = _advertise(
         list(range(len(candidates))), candidates, verdicts, families=families, wanted=wanted,
-        settings=settings, now=now, warnings=ignored,
+        settings=settings, now=now, warnings=ignored, unhealthy=unhealthy,
     )  # fmt: skip
     if not ingress:
         return None
@@ -444,22 +450,49 @@ def _advertise(
     settings: SelectionSettings,
     now: float,
     warnings: list[str],
+    unhealthy: Mapping[str, str],
 ) -> tuple[list[dict[str, str]], int, float | None]:
-    """docs/design.md §4.4-§4.5 on the candidates (``indices`` are their verdict slots,
-    ascending): the optional NotReady filter, the address choice, the ordered entries.
-    Fills the candidates' verdict slots and appends warnings; returns the ingress entries,
-    how many nodes are advertised and ``recheck_at``. Shared by :func:`select` and
-    :func:`summarise`, so both pick addresses with the same code."""
+    """docs/design.md §4.4-§4.5 and §4.11 on the candidates (``indices`` are their verdict
+    slots, ascending): the optional NotReady filter, the health filter, the address
+    choice, the ordered entries. Fills the candidates' verdict slots and appends
+    warnings; returns the ingress entries, how many nodes are advertised and
+    ``recheck_at``. Shared by :func:`select` and :func:`summarise`, so both pick
+    addresses with the same code. Neither filter empties the list by itself: when no
+    node they keep has an address, the unhealthy nodes come back first, then (if still
+    none) the NotReady ones."""
     recheck_at: float | None = None
     not_ready: list[tuple[int, NodeView]] = []
     if settings.exclude_not_ready_nodes and candidates:
         indices, candidates, not_ready, recheck_at = _split_not_ready(
             indices, candidates, settings=settings, now=now
         )
+    failing: list[tuple[int, NodeView]] = []
+    if unhealthy and candidates:
+        kept = [(i, n) for i, n in zip(indices, candidates, strict=True) if n.name not in unhealthy]
+        if len(kept) < len(candidates):
+            failing = [
+                (i, n) for i, n in zip(indices, candidates, strict=True) if n.name in unhealthy
+            ]
+            indices, candidates = [i for i, _ in kept], [n for _, n in kept]
     fallback = settings.per_node_address_fallback
     v4, v6, hidden, selected = _addresses(
         indices=indices, candidates=candidates, verdicts=verdicts, wanted=wanted, fallback=fallback
     )
+    if failing and not (v4 or v6):
+        warnings.append(
+            "every eligible node with an address fails its health checks; advertising them"
+            " anyway (health checks never empty the list by themselves)"
+        )
+        merged = sorted([*zip(indices, candidates, strict=True), *failing])
+        indices, candidates = [i for i, _ in merged], [n for _, n in merged]
+        v4, v6, hidden, selected = _addresses(
+            indices=indices, candidates=candidates, verdicts=verdicts, wanted=wanted,
+            fallback=fallback,
+        )  # fmt: skip
+    else:
+        for idx, node in failing:
+            why = ("Unhealthy", unhealthy[node.name])
+            verdicts[idx] = node.verdict_cache.get(why) or new_verdict(node, why)
     if not_ready and not (v4 or v6):
         warnings.append(
             f"every eligible node with an address is NotReady beyond the"

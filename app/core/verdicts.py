@@ -21,9 +21,9 @@ class NodeVerdict:
 
     ``code`` is one of ``Selected``, ``SelectorMismatch``, ``Deleting``,
     ``ExcludedByLabel``, ``AutoscalerTaint``, ``NoReadyEndpoint``, ``NotReady``,
-    ``NoAddressOfFamily``, ``ExternalIPPreferred``, ``PortInUse``,
-    ``NamespaceNotAllowed`` (the last two from port ownership, docs/design.md §4.9);
-    ``reason`` is a sentence for humans.
+    ``NoAddressOfFamily``, ``ExternalIPPreferred``, ``Unhealthy`` (health checks,
+    docs/design.md §4.11), ``PortInUse``, ``NamespaceNotAllowed`` (the last two from port
+    ownership, §4.9); ``reason`` is a sentence for humans.
     """
 
     name: str
@@ -69,6 +69,8 @@ def new_verdict(node: NodeView, key: VerdictKey) -> NodeVerdict:
         reason = f"advertised: {kind} {', '.join(ips)}{invalid}"
     elif code == "NotReady":
         reason = f"Ready condition not True for longer than the {arg[0]:g}s grace period"
+    elif code == "Unhealthy":
+        reason = f"{arg[0]}; not advertised while healthy nodes are"
     elif code == "NoAddressOfFamily":
         reason = f"no ExternalIP or InternalIP of family {family_names(arg[0])}{invalid}"
     else:

@@ -147,6 +147,7 @@ def run(
     slices: Sequence[EndpointSliceView] = (),
     *,
     now: float = NOW,
+    unhealthy: Mapping[str, str] | None = None,
     **settings: Any,
 ) -> Selection:
     return select(
@@ -155,6 +156,7 @@ def run(
         endpoint_slices=slices,
         settings=SelectionSettings(**settings),
         now=now,
+        **({"unhealthy": unhealthy} if unhealthy is not None else {}),
     )
 
 

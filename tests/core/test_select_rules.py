@@ -24,6 +24,7 @@ class Case:
     ips: list[str] | None = None
     codes: dict[str, str] = field(default_factory=dict)
     warning: str | None = None  # substring expected in one warning
+    unhealthy: dict[str, str] = field(default_factory=dict)  # node -> why (health checks)
 
 
 W1 = node("w1", internal=["10.0.0.1"])
@@ -357,12 +358,69 @@ CASES = [
         ips=["10.0.0.1"],
         warning="advertising them anyway",
     ),
+    # §4.11 health checks
+    Case(
+        "a node failing its health checks is dropped",
+        [W1, W2, W3],
+        unhealthy={"w2": "failed 3 kube-proxy health checks in a row (the last: HTTP 503)"},
+        ips=["10.0.0.1", "10.0.0.3"],
+        codes={"w1": "Selected", "w2": "Unhealthy", "w3": "Selected"},
+    ),
+    Case(
+        "health of a node the selector does not match changes nothing",
+        [W1, W2],
+        svc=service(selector="kubernetes.io/hostname=w1"),
+        unhealthy={"w2": "down"},
+        ips=["10.0.0.1"],
+        codes={"w1": "Selected", "w2": "SelectorMismatch"},
+    ),
+    Case(
+        "every candidate unhealthy: keep them all and warn (never empty for this alone)",
+        [W1, W2],
+        unhealthy={"w1": "down", "w2": "down"},
+        ips=["10.0.0.1", "10.0.0.2"],
+        codes={"w1": "Selected", "w2": "Selected"},
+        warning="fails its health checks; advertising them anyway",
+    ),
+    Case(
+        "healthy nodes without a wanted address do not empty the list either",
+        [W1, node("v6", internal=["fd00::1"])],
+        unhealthy={"w1": "down"},
+        ips=["10.0.0.1"],
+        warning="fails its health checks; advertising them anyway",
+    ),
+    Case(
+        "unhealthy and NotReady: the healthy Ready node alone",
+        [W1, node("down", internal=["10.0.0.2"], ready="False"), W3],
+        settings={"exclude_not_ready_nodes": True},
+        unhealthy={"w1": "down"},
+        ips=["10.0.0.3"],
+        codes={"w1": "Unhealthy", "down": "NotReady", "w3": "Selected"},
+    ),
+    Case(
+        "unhealthy comes back before NotReady when nothing else is left",
+        [W1, node("down", internal=["10.0.0.2"], ready="False")],
+        settings={"exclude_not_ready_nodes": True},
+        unhealthy={"w1": "down"},
+        ips=["10.0.0.1"],
+        codes={"w1": "Selected", "down": "NotReady"},
+        warning="fails its health checks",
+    ),
+    Case(
+        "eTP=Local: health applies among the nodes with a ready endpoint",
+        [W1, W2, W3],
+        svc=service(etp="Local"),
+        slices=[endpoint_slice("web", [endpoint("w1"), endpoint("w2")])],
+        unhealthy={"w1": "down", "w3": "down"},
+        ips=["10.0.0.2"],
+        codes={"w1": "Unhealthy", "w2": "Selected", "w3": "NoReadyEndpoint"},
+    ),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_selection_rule(case: Case) -> None:
-    result = run(case.svc, case.nodes, case.slices, **case.settings)
+    result = run(case.svc, case.nodes, case.slices, unhealthy=case.unhealthy, **case.settings)
     assert result.managed
     assert result.error is None
     assert ips(result) == case.ips
@@ -449,3 +507,14 @@ def test_verdicts_are_shared_between_calls() -> None:
 
 def test_nodes_may_be_any_iterable() -> None:
     assert ips(run(service(), iter([W2, W1]))) == ["10.0.0.1", "10.0.0.2"]  # type: ignore[arg-type]
+
+
+def test_the_unhealthy_verdict_says_why_and_what_would_bring_the_node_back() -> None:
+    why = (
+        "failed 3 kube-proxy health checks in a row"
+        " (the last: GET http://10.0.0.2:10256/healthz: HTTP 503)"
+    )
+    result = run(service(), [W1, W2], unhealthy={"w2": why})
+    (verdict,) = [v for v in result.nodes if v.name == "w2"]
+    assert verdict.reason.startswith(why)
+    assert "not advertised while healthy nodes are" in verdict.reason

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 import yaml
 
+from app.core.health import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import Summary, select, summarise
 from app.core.options import SelectionSettings
@@ -38,9 +39,13 @@ def expected(
     slices: Sequence[EndpointSliceView],
     settings: SelectionSettings,
     now: float,
+    unhealthy: Mapping[str, str] = NO_UNHEALTHY,
 ) -> Summary | None:
     """What ``summarise`` must give, derived from ``select``'s full Selection."""
-    selection = select(service=svc, nodes=nodes, endpoint_slices=slices, settings=settings, now=now)
+    selection = select(
+        service=svc, nodes=nodes, endpoint_slices=slices, settings=settings, now=now,
+        unhealthy=unhealthy,
+    )  # fmt: skip
     if not selection.ingress:
         return None
     hidden = tuple(v.name for v in selection.nodes if v.code == "ExternalIPPreferred")
@@ -55,20 +60,22 @@ def check(
     slices: Sequence[EndpointSliceView] = (),
     *,
     now: float = NOW,
+    unhealthy: Mapping[str, str] = NO_UNHEALTHY,
     **settings: Any,
 ) -> Summary | None:
     """Assert ``summarise`` equals :func:`expected`; return it."""
     options = SelectionSettings(**settings)
     got = summarise(
-        service=svc, nodes=NodeIndex(nodes), endpoint_slices=slices, settings=options, now=now
-    )
-    assert got == expected(svc, nodes, slices, options, now)
+        service=svc, nodes=NodeIndex(nodes), endpoint_slices=slices, settings=options, now=now,
+        unhealthy=unhealthy,
+    )  # fmt: skip
+    assert got == expected(svc, nodes, slices, options, now, unhealthy)
     return got
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_every_rule_as_given(case: Any) -> None:
-    got = check(case.svc, case.nodes, case.slices, **case.settings)
+    got = check(case.svc, case.nodes, case.slices, unhealthy=case.unhealthy, **case.settings)
     assert (got is None) == (not case.ips)
 
 
@@ -81,7 +88,7 @@ def test_every_rule_as_a_local_service(case: Any) -> None:
             endpoint_slice(svc.name, [endpoint(h) for h in hosts] + [endpoint("elsewhere")]),
             endpoint_slice(svc.name, [endpoint(n, ready=False) for n in names], name="b"),
         ]
-        check(svc, case.nodes, slices, **case.settings)
+        check(svc, case.nodes, slices, unhealthy=case.unhealthy, **case.settings)
 
 
 def test_the_kind_4node_case() -> None:
@@ -183,6 +190,7 @@ def test_random_clusters(seed: int) -> None:
     }
     index = NodeIndex(nodes)  # one index for every Service, as in the reconciler
     options = SelectionSettings(**settings)
+    unhealthy = {n.name: "down" for n in nodes if rng.random() < 0.3}
     answered = 0
     for i in range(25):
         svc = random_service(rng, i)
@@ -195,8 +203,11 @@ def test_random_clusters(seed: int) -> None:
             )
             for k in range(rng.randint(0, 2))
         ]
-        got = summarise(service=svc, nodes=index, endpoint_slices=slices, settings=options, now=NOW)
-        assert got == expected(svc, nodes, slices, options, NOW), (seed, i, svc)
+        got = summarise(
+            service=svc, nodes=index, endpoint_slices=slices, settings=options, now=NOW,
+            unhealthy=unhealthy,
+        )  # fmt: skip
+        assert got == expected(svc, nodes, slices, options, NOW, unhealthy), (seed, i, svc)
         answered += got is not None
     if len(nodes) > 10:
         assert answered, "no Service had an ingress: the generator is too strict"

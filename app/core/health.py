@@ -1,0 +1,161 @@
+"""Health-checked nodes: the hysteresis and the most-fail rule (pure; docs/design.md §4.11).
+
+A cloud load balancer does not wait for a Node object to say a node is gone: it probes
+every node and stops sending to one that fails. KEP-3836 made kube-proxy's ``/healthz``
+(port 10256) the check for ``externalTrafficPolicy: Cluster``: kube-proxy v1.35.4 answers
+200 only when it has synced its rules within its health timeout and the node is eligible
+(not being deleted, no ``ToBeDeletedByClusterAutoscaler`` taint), else 503
+(``pkg/proxy/healthcheck/proxy_health.go``). With ``node-health-check`` on, the Lease holder
+probes it on every Node (:mod:`app.controller.healthprober`) and records each answer here.
+
+The rule, as cloud load balancers and Kubernetes probes state it (``failureThreshold`` /
+``successThreshold``; AWS NLB ``UnhealthyThresholdCount`` / ``HealthyThresholdCount``):
+
+- a node starts healthy (never probed = nothing known against it);
+- it becomes **unhealthy** after ``failure_threshold`` failed probes in a row and healthy
+  again after ``success_threshold`` good ones in a row;
+- **most fail**: when more than ``max_unhealthy_fraction`` of the probed nodes are
+  unhealthy at once, the prober's own vantage point is the likelier casualty (its Pod's
+  network, a NetworkPolicy, its node), so the last set decided before that is kept
+  (``holding``) until the fraction falls back; nothing is written because of health
+  meanwhile (Envoy's panic threshold answers the same problem by ignoring health);
+- health never empties a Service's ingress by itself: that rule is applied per Service
+  in :func:`app.core.nodeipam.select`, which advertises the unhealthy candidates when no
+  healthy one has an address.
+
+Costs: :meth:`HealthTable.record` is O(1); :meth:`HealthTable.evaluate` is O(nodes) and
+builds a new :class:`HealthView` only when the effective set changed, so selections keyed
+by the view's identity (the reconciler's shared Outcomes) stay valid across probe rounds
+that change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True)
+class HealthPolicy:
+    """The thresholds (settings ``node-health-check-*``, docs/design.md §2).
+
+    ``failure_threshold`` / ``success_threshold``: consecutive probes (≥ 1) to go
+    unhealthy / healthy again. ``max_unhealthy_fraction``: in ``(0, 1]``; above it the
+    most-fail rule holds the last set (1.0 turns the rule off)."""
+
+    failure_threshold: int = 3
+    success_threshold: int = 2
+    max_unhealthy_fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.failure_threshold < 1 or self.success_threshold < 1:
+            raise ValueError("health-check thresholds must be at least 1")
+        if not 0 < self.max_unhealthy_fraction <= 1:
+            raise ValueError("max_unhealthy_fraction must be in (0, 1]")
+
+
+NO_UNHEALTHY: Mapping[str, str] = MappingProxyType({})
+"""No node fails its health checks (the default of :func:`app.core.nodeipam.select`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HealthView:
+    """What selection reads: an immutable snapshot, replaced (never mutated) on a change.
+
+    ``unhealthy`` maps a node name to the sentence saying why (for the ``Unhealthy``
+    verdict); ``holding`` is true while the most-fail rule keeps the last set, ``since``
+    (seconds, the caller's clock) when it began; ``probed`` / ``failing`` are the counts
+    that rule compared (``failing``: unhealthy by the thresholds, held or not)."""
+
+    unhealthy: Mapping[str, str] = field(default_factory=lambda: NO_UNHEALTHY)
+    holding: bool = False
+    since: float | None = None
+    probed: int = 0
+    failing: int = 0
+
+
+NO_HEALTH = HealthView()
+"""Health checks off, or nothing known yet: every node counts as healthy."""
+
+
+@dataclass(slots=True)
+class _Node:
+    healthy: bool = True
+    streak: int = 0
+    """Consecutive results against the current state (failures while healthy, passes
+    while unhealthy)."""
+    reason: str = ""
+    results: int = 0
+
+
+class HealthTable:
+    """Per-node probe results and the effective :class:`HealthView`.
+
+    Not thread-safe: one prober thread calls :meth:`record`, :meth:`retain` and
+    :meth:`evaluate`; readers take :attr:`view` (an atomic reference to an immutable
+    object)."""
+
+    def __init__(self, policy: HealthPolicy) -> None:
+        self.policy = policy
+        self._nodes: dict[str, _Node] = {}
+        self.view: HealthView = NO_HEALTH
+        self._last_good: Mapping[str, str] = NO_UNHEALTHY
+
+    def record(self, node: str, *, ok: bool, detail: str) -> None:
+        """One probe result for ``node``; ``detail`` says what failed (``"HTTP 503"``,
+        ``"connect: connection refused"``, ``"no answer within 2s"``), ignored when ok."""
+        state = self._nodes.get(node)
+        if state is None:
+            state = self._nodes[node] = _Node()
+        state.results += 1
+        if ok == state.healthy:
+            state.streak = 0
+            return
+        state.streak += 1
+        policy = self.policy
+        if state.healthy and state.streak >= policy.failure_threshold:
+            state.healthy, state.streak = False, 0
+            state.reason = (
+                f"failed {policy.failure_threshold} kube-proxy health checks in a row"
+                f" (the last: {detail})"
+            )
+        elif not state.healthy and state.streak >= policy.success_threshold:
+            state.healthy, state.streak, state.reason = True, 0, ""
+
+    def retain(self, nodes: Collection[str]) -> None:
+        """Forget every node not in ``nodes`` (deleted Nodes): bounded memory."""
+        for name in [n for n in self._nodes if n not in nodes]:
+            del self._nodes[name]
+
+    def evaluate(self, now: float) -> frozenset[str]:
+        """Apply the most-fail rule and update :attr:`view`; return the names whose
+        effective state changed (empty: :attr:`view` is the same object as before).
+        ``now`` (seconds, any monotonic clock) only dates the start of a hold."""
+        probed = sum(1 for s in self._nodes.values() if s.results)
+        raw = {n: s.reason for n, s in self._nodes.items() if not s.healthy}
+        before = self.view
+        holding = bool(raw) and len(raw) > self.policy.max_unhealthy_fraction * probed
+        if holding:
+            # Nodes deleted meanwhile leave the held set too: they are no candidates.
+            effective = {n: r for n, r in self._last_good.items() if n in self._nodes}
+        else:
+            effective = raw
+        unchanged = (
+            holding == before.holding
+            and effective.keys() == before.unhealthy.keys()
+            and (probed, len(raw)) == (before.probed, before.failing)
+        )
+        if unchanged:
+            return frozenset()
+        same = effective.keys() == before.unhealthy.keys() and all(
+            before.unhealthy[n] == r for n, r in effective.items()
+        )
+        # The same mapping object while the effective set is the same: the reconciler
+        # keys its shared selections by its identity (module docstring).
+        frozen = before.unhealthy if same else MappingProxyType(effective)
+        if not holding:
+            self._last_good = frozen
+        since = (before.since if before.holding else now) if holding else None
+        self.view = HealthView(frozen, holding, since, probed, len(raw))
+        return frozenset(effective.keys() ^ before.unhealthy.keys())

@@ -1,0 +1,137 @@
+"""docs/design.md §4.11: the health-check rule with a fake clock (app/core/health.py).
+
+The thresholds and hysteresis (N failures in a row to leave, M passes in a row to come
+back), the most-fail rule (more than the fraction unhealthy at once: keep the last set),
+and the identity of the view across rounds that change nothing (the reconciler keys its
+shared selections by it).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.health import NO_HEALTH, HealthPolicy, HealthTable
+
+NODES = [f"n{i}" for i in range(10)]
+
+
+def round_(table: HealthTable, results: dict[str, bool], *, now: float) -> frozenset[str]:
+    """One probe round: every node of ``results`` answered ok or not; then evaluate."""
+    for name, ok in results.items():
+        table.record(name, ok=ok, detail="" if ok else f"GET http://{name}:10256/healthz: HTTP 503")
+    return table.evaluate(now)
+
+
+def all_ok(**failing: bool) -> dict[str, bool]:
+    return {n: not failing.get(n, False) for n in NODES}
+
+
+def test_a_node_leaves_after_exactly_the_failure_threshold_and_says_why() -> None:
+    table = HealthTable(HealthPolicy(failure_threshold=3, success_threshold=2))
+    assert round_(table, all_ok(), now=0) == frozenset()
+    assert table.view.unhealthy == {}
+    for second in (1, 2):
+        assert round_(table, all_ok(n3=True), now=second) == frozenset()
+        assert "n3" not in table.view.unhealthy, f"left after {second} failure(s)"
+    assert round_(table, all_ok(n3=True), now=3) == {"n3"}
+    reason = table.view.unhealthy["n3"]
+    assert reason == (
+        "failed 3 kube-proxy health checks in a row"
+        " (the last: GET http://n3:10256/healthz: HTTP 503)"
+    )
+    assert (table.view.probed, table.view.failing, table.view.holding) == (10, 1, False)
+
+
+def test_a_pass_between_failures_starts_the_count_again() -> None:
+    table = HealthTable(HealthPolicy(failure_threshold=3, success_threshold=2))
+    for ok in (False, False, True, False, False):
+        round_(table, all_ok(n1=not ok), now=0)
+    assert table.view.unhealthy == {}
+    round_(table, all_ok(n1=True), now=0)
+    assert set(table.view.unhealthy) == {"n1"}
+
+
+def test_a_node_comes_back_after_the_success_threshold_in_a_row() -> None:
+    table = HealthTable(HealthPolicy(failure_threshold=1, success_threshold=3))
+    round_(table, all_ok(n5=True), now=0)
+    assert set(table.view.unhealthy) == {"n5"}
+    round_(table, all_ok(), now=1)
+    round_(table, all_ok(), now=2)
+    round_(table, all_ok(n5=True), now=3)  # a failure resets the passes
+    round_(table, all_ok(), now=4)
+    round_(table, all_ok(), now=5)
+    assert set(table.view.unhealthy) == {"n5"}, "back after 2 passes with threshold 3"
+    assert round_(table, all_ok(), now=6) == {"n5"}
+    assert table.view.unhealthy == {}
+
+
+def test_rounds_that_change_nothing_keep_the_same_view_object() -> None:
+    table = HealthTable(HealthPolicy(failure_threshold=1))
+    round_(table, all_ok(n2=True), now=0)
+    view = table.view
+    for second in range(1, 5):
+        assert round_(table, all_ok(n2=True), now=second) == frozenset()
+        assert table.view is view
+
+
+def test_most_fail_keeps_the_last_good_set_until_the_fraction_falls_back() -> None:
+    table = HealthTable(HealthPolicy(failure_threshold=1, success_threshold=1))
+    round_(table, all_ok(n0=True), now=0)
+    assert set(table.view.unhealthy) == {"n0"}
+    last_good = table.view.unhealthy
+    # Six of ten fail at once (more than half): the prober is the likelier casualty.
+    failing = {n: True for n in NODES[:6]}
+    assert round_(table, all_ok(**failing), now=10) == frozenset()
+    view = table.view
+    assert view.holding and view.since == 10
+    assert view.unhealthy is last_good
+    assert (view.probed, view.failing) == (10, 6)
+    round_(table, all_ok(**failing), now=20)
+    assert table.view.holding and table.view.since == 10, "the hold's start stays"
+    # Back to one failing: the hold ends and the real set is used.
+    assert round_(table, all_ok(n9=True), now=30) == {"n0", "n9"}
+    assert not table.view.holding and table.view.since is None
+    assert set(table.view.unhealthy) == {"n9"}
+
+
+def test_exactly_the_fraction_is_not_yet_most() -> None:
+    table = HealthTable(HealthPolicy(failure_threshold=1, max_unhealthy_fraction=0.5))
+    round_(table, all_ok(**{n: True for n in NODES[:5]}), now=0)
+    assert not table.view.holding
+    assert len(table.view.unhealthy) == 5
+
+
+def test_a_fraction_of_one_turns_the_most_fail_rule_off() -> None:
+    table = HealthTable(HealthPolicy(failure_threshold=1, max_unhealthy_fraction=1.0))
+    round_(table, {n: False for n in NODES}, now=0)
+    assert not table.view.holding and len(table.view.unhealthy) == len(NODES)
+
+
+def test_deleted_nodes_are_forgotten_also_from_a_held_set() -> None:
+    table = HealthTable(HealthPolicy(failure_threshold=1))
+    round_(table, all_ok(n0=True), now=0)
+    round_(table, {n: False for n in NODES}, now=1)
+    assert table.view.holding and set(table.view.unhealthy) == {"n0"}
+    table.retain(NODES[1:])
+    assert table.evaluate(2) == {"n0"}
+    assert table.view.unhealthy == {}
+    table.retain(())
+    table.evaluate(3)
+    assert table.view == NO_HEALTH
+
+
+def test_a_node_never_probed_counts_as_healthy_and_not_as_probed() -> None:
+    table = HealthTable(HealthPolicy(failure_threshold=1))
+    round_(table, {"n0": False, "n1": True, "n2": True}, now=0)
+    assert set(table.view.unhealthy) == {"n0"}
+    assert table.view.probed == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"failure_threshold": 0}, {"success_threshold": 0}, {"max_unhealthy_fraction": 0.0},
+     {"max_unhealthy_fraction": 1.5}],
+)  # fmt: skip
+def test_thresholds_out_of_range_are_refused(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        HealthPolicy(**kwargs)  # type: ignore[arg-type]
