@@ -377,6 +377,32 @@ def serve(
             default="default",
         ),
     ] = None,
+    node_health_check: Annotated[
+        bool | None,
+        _flag(
+            "Publish only nodes whose kube-proxy /healthz answers (the Lease holder probes)",
+            "--node-health-check/--no-node-health-check",
+        ),
+    ] = None,
+    node_health_check_port: Annotated[
+        int | None, _flag("kube-proxy's healthz port on every node")
+    ] = None,
+    node_health_check_period_seconds: Annotated[
+        float | None, _flag("Seconds between two probes of a node")
+    ] = None,
+    node_health_check_timeout_seconds: Annotated[
+        float | None, _flag("A probe not answered by then fails, seconds")
+    ] = None,
+    node_health_check_failure_threshold: Annotated[
+        int | None, _flag("Failed probes in a row before a node leaves")
+    ] = None,
+    node_health_check_success_threshold: Annotated[
+        int | None, _flag("Good probes in a row before it comes back")
+    ] = None,
+    node_health_check_max_unhealthy_fraction: Annotated[
+        float | None,
+        _flag("More than this fraction of nodes failing at once: keep the last set (1: off)"),
+    ] = None,
 ) -> None:
     """Run the webhook, reconciler and preview API over HTTPS (every flag is also NODE_IPAM_*)."""
     flags = dict(locals())

@@ -154,6 +154,15 @@ class Settings(SelectionConfig):
     # Readiness (app/web/webhookready.py): a dry-run Service with a malformed selector is
     # created in this namespace and must be denied by our webhook; "" turns the probe off.
     admission_probe_namespace: str = Field(default="default", max_length=63)
+    # Health-checked nodes (docs/design.md §4.11, app/controller/healthprober.py): the Lease
+    # holder probes kube-proxy's /healthz on every Node; off by default (Cilium does not).
+    node_health_check: bool = False
+    node_health_check_port: int = Field(default=10256, ge=1, le=65535)
+    node_health_check_period_seconds: float = Field(default=5.0, ge=0.1, le=3600.0)
+    node_health_check_timeout_seconds: float = Field(default=2.0, gt=0, le=60.0)
+    node_health_check_failure_threshold: int = Field(default=3, ge=1, le=100)
+    node_health_check_success_threshold: int = Field(default=2, ge=1, le=100)
+    node_health_check_max_unhealthy_fraction: float = Field(default=0.5, gt=0, le=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Benchmark only (bench/bench_churn.py), no flag: model Cilium's policy (every Node event
     # enqueues every managed Service; a status write on every reconcile) for comparison.

@@ -201,6 +201,7 @@ def build(
         readiness=[in_force] if in_force is not None else [],
         start_worker=True,
         kube_proxy_hazard=controller.kube_proxy_hazard,
+        unhealthy=lambda: controller.health_view().unhealthy,
     )
     config = uvicorn.Config(
         app,

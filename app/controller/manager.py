@@ -22,11 +22,17 @@ from typing import Any
 from app.config import Settings
 from app.controller.cache import Change, ClusterCache, service_key
 from app.controller.events import EventRecorder
+from app.controller.healthprober import NodeHealthProber
 from app.controller.informer import Informer
 from app.controller.leader import LeaderElector
 from app.controller.reconciler import Reconciler
-from app.controller.triggers import services_for_endpoint_slice_changes, services_for_node_change
+from app.controller.triggers import (
+    services_for_endpoint_slice_changes,
+    services_for_node_change,
+    services_for_node_health,
+)
 from app.controller.workqueue import WorkQueue
+from app.core.health import NO_HEALTH, HealthPolicy, HealthTable, HealthView, probe_targets
 from app.core.kubeproxy import CONFIG_MAP, ipvs_hazard, proxy_mode
 from app.core.nodeipam import is_managed
 from app.core.ports import held_ports, pod_ports
@@ -125,6 +131,25 @@ class Controller:
                 on_started_leading=self._on_started_leading,
                 wall_clock=wall_clock,
             )
+        # Health-checked nodes (docs/design.md §4.11): the prober thread runs on every
+        # replica but probes only while this one holds the Lease.
+        self.health: NodeHealthProber | None = None
+        if settings.node_health_check:
+            self.health = NodeHealthProber(
+                table=HealthTable(
+                    HealthPolicy(
+                        failure_threshold=settings.node_health_check_failure_threshold,
+                        success_threshold=settings.node_health_check_success_threshold,
+                        max_unhealthy_fraction=settings.node_health_check_max_unhealthy_fraction,
+                    )
+                ),
+                targets=lambda: probe_targets(self.cache.nodes()),
+                port=settings.node_health_check_port,
+                period=settings.node_health_check_period_seconds,
+                timeout=settings.node_health_check_timeout_seconds,
+                is_leader=lambda: self._writes and self.is_leader() and self.cache.synced,
+                on_change=self._on_health_change,
+            )
         self.reconciler = Reconciler(
             cache=self.cache,
             api=self._api,
@@ -135,6 +160,7 @@ class Controller:
             always_write=settings.cilium_compat_fanout,  # benchmark only (bench/README.md)
             states=metrics.ServiceStates(lambda: self._writes and self.is_leader()),
             kube_proxy_hazard=self.kube_proxy_hazard,
+            health=self.health_view,
         )
         metrics.SERVICE_STATE_COLLECTOR.add(self.reconciler.states)
         annotation = self._selection.match_node_labels_annotation
@@ -179,6 +205,8 @@ class Controller:
         for informer in self.informers:
             informer.start()
         self.recorder.start()
+        if self.health is not None:
+            self.health.start()
         for index in range(self.settings.workers if self._writes else 0):
             thread = threading.Thread(target=self._work, name=f"reconcile-{index}", daemon=True)
             thread.start()
@@ -199,6 +227,8 @@ class Controller:
             informer.stop()
         for thread in self._workers:
             thread.join(max(deadline - time.monotonic(), 0.0))
+        if self.health is not None:
+            self.health.stop(max(min(deadline - time.monotonic(), 2.0), 0.1))
         # Events queued before the workers stopped are sent (bounded), then dropped.
         self.recorder.stop(min(max(deadline - time.monotonic(), 0.1), 2.0))
         if self.elector is not None:
@@ -238,6 +268,10 @@ class Controller:
         for worker in self._workers:
             if running and not worker.is_alive():
                 return False, f"the reconcile worker thread {worker.name} has stopped"
+        if running and self.health is not None:
+            ok, why = self.health.healthy()
+            if not ok:
+                return False, why
         bound = 2 * (self.settings.watch_timeout_seconds + 15) + 30
         for informer in self.informers:
             if running and not informer.alive():
@@ -249,6 +283,22 @@ class Controller:
                     f" for {idle:.0f}s (bound {bound}s)"
                 )
         return True, "ok"
+
+    def health_view(self) -> HealthView:
+        """The nodes failing their health checks as last decided (docs/design.md §4.11);
+        :data:`~app.core.health.NO_HEALTH` with ``node_health_check`` off."""
+        return NO_HEALTH if self.health is None else self.health.table.view
+
+    def _on_health_change(self, names: frozenset[str]) -> None:
+        """The prober thread: the effective health of ``names`` changed; enqueue what a
+        change of those Nodes would (:func:`~app.controller.triggers.services_for_node_health`)."""
+        if not self._enqueued_after_sync:
+            return
+        with self._lock:
+            managed_services = list(self._managed.values())
+        self._enqueue(
+            services_for_node_health(names=names, managed=managed_services, cache=self.cache)
+        )
 
     def is_leader(self) -> bool:
         """True while this replica holds the Lease (always, with ``leader_elect`` false).
@@ -342,6 +392,8 @@ class Controller:
             self._term_enqueued = False
         self.reconciler.reset()
         self._enqueue_all()
+        if self.health is not None:  # probe now, not one period into the term
+            self.health.wake()
         for callback in list(self._leadership_listeners):
             try:
                 callback()

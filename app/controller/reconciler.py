@@ -48,6 +48,7 @@ from app.controller.events import (
     EventRecorder,
     ServiceEvent,
 )
+from app.core.health import NO_HEALTH, NO_UNHEALTHY, HealthView
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import Selection, Summary, is_managed, select, summarise
 from app.core.options import SelectionSettings
@@ -80,6 +81,9 @@ EXTERNAL_IP_SLOT = "external-ip"
 PORT_SLOT = "port-in-use"
 """Recorder slot of the ``PortInUse`` Warning of a Service that keeps some addresses
 (docs/design.md §4.9); one that keeps none says it in the status outcome's slot."""
+HEALTH_SLOT = "unhealthy-nodes"
+"""Recorder slot of the ``NodesUnhealthy`` Normal Event: candidates not advertised because
+they fail their health checks (docs/design.md §4.11)."""
 KUBE_PROXY_SLOT = "kube-proxy-ipvs"
 """Recorder slot of the ``KubeProxyIPVS`` Warning of a Service that gets addresses while
 kube-proxy runs in ipvs mode and ``ip-mode`` is VIP (docs/design.md §4.10)."""
@@ -136,6 +140,19 @@ def external_ip_preferred_note(hidden: Sequence[str]) -> str | None:
     )
 
 
+def unhealthy_note(names: Sequence[str]) -> str | None:
+    """The ``NodesUnhealthy`` Event's note, or ``None`` when health checks (docs/design.md
+    §4.11) keep no candidate out. ``names``: the Nodes whose verdict is ``Unhealthy``, in
+    verdict order, cut to :data:`NAMES_SHOWN`."""
+    if not names:
+        return None
+    return (
+        f"{len(names)} node(s) are not advertised because they fail their kube-proxy health"
+        f" checks (Unhealthy): {name_list(names)}; each comes back after"
+        " node-health-check-success-threshold good checks in a row (preview says why)"
+    )
+
+
 def _warning(reason: str, note: str | None) -> ServiceEvent | None:
     """The ``SelectNodes`` Warning ``reason`` saying ``note``; ``None`` without a note."""
     return None if note is None else ServiceEvent(WARNING, reason, "SelectNodes", note)
@@ -174,7 +191,9 @@ class Outcome:
     Normal Event (``None`` when they do not apply), and for the state metrics the Selection's
     ``code`` and how many Nodes are ``selected`` and ``hidden`` (ExternalIPPreferred).
     ``ips`` holds the ingress addresses (the candidates port ownership competes with);
-    ``port_note`` says which were not published and why (docs/design.md §4.9)."""
+    ``port_note`` says which were not published and why (docs/design.md §4.9);
+    ``unhealthy`` counts the candidates health checks keep out and ``unhealthy_note``
+    names them (§4.11)."""
 
     ingress: tuple[dict[str, str], ...] | None
     error: str | None
@@ -187,6 +206,8 @@ class Outcome:
     hidden: int
     ips: frozenset[str] = frozenset()
     port_note: str | None = None
+    unhealthy: int = 0
+    unhealthy_note: str | None = None
 
     def owned(self, ownership: Ownership, node_of: Callable[[str], str | None]) -> Outcome:
         """This outcome after port ownership took ``ownership.lost`` (docs/design.md §4.9):
@@ -220,6 +241,7 @@ class Outcome:
         """The outcome of ``selection`` (the notes are derived here, once)."""
         empty = selection.ingress is not None and not selection.ingress
         hidden = hidden_nodes(selection) if selection.ingress else []
+        failing = [v.name for v in selection.nodes if v.code == "Unhealthy"]
         return cls(
             ingress=selection.ingress,
             error=selection.error,
@@ -231,6 +253,8 @@ class Outcome:
             selected=sum(v.selected for v in selection.nodes) if selection.ingress else 0,
             hidden=len(hidden),
             ips=frozenset(e["ip"] for e in selection.ingress or ()),
+            unhealthy=len(failing),
+            unhealthy_note=unhealthy_note(failing),
         )
 
     @classmethod
@@ -248,6 +272,8 @@ class Outcome:
             selected=summary.advertised,
             hidden=len(summary.hidden),
             ips=frozenset(e["ip"] for e in summary.ingress),
+            unhealthy=len(summary.unhealthy),
+            unhealthy_note=unhealthy_note(summary.unhealthy),
         )
 
 
@@ -275,7 +301,9 @@ class SharedSelections:
     that has it: per Node snapshot (the cache's :class:`~app.core.nodeindex.NodeIndex`, by
     identity), the Outcome is kept by the Service's selection inputs *without* its
     namespace and name (``select`` reads those only to pick the Service's EndpointSlices,
-    which only ``externalTrafficPolicy: Local`` uses, so Local Services are never shared).
+    which only ``externalTrafficPolicy: Local`` uses, so Local Services are never shared),
+    and per health view (the ``unhealthy`` mapping, by identity: it is a new object only
+    when the health-checked set changed, docs/design.md §4.11).
     An Outcome is reused only before its ``recheck_at`` (NotReady grace period). Thread-safe;
     ``select`` runs outside the lock. At most :data:`MAX_SHARED` entries, then cleared."""
 
@@ -283,6 +311,7 @@ class SharedSelections:
         self._settings = settings
         self._lock = threading.Lock()
         self._index: object | None = None
+        self._unhealthy: object | None = None
         self._outcomes: dict[tuple[Any, ...], Outcome] = {}
 
     def outcome(
@@ -291,21 +320,22 @@ class SharedSelections:
         index: NodeIndex,
         endpoint_slices: Sequence[EndpointSliceView],
         now: float,
+        unhealthy: Mapping[str, str] = NO_UNHEALTHY,
     ) -> Outcome:
         """The Outcome of ``select`` for ``service`` (see the class docstring)."""
         if service.external_traffic_policy == "Local":
-            return self._select(service, index, endpoint_slices, now)
+            return self._select(service, index, endpoint_slices, now, unhealthy)
         key = tuple([getattr(service, name) for name in SHARED_FIELDS])
         with self._lock:
-            if self._index is not index:
-                self._index = index
+            if self._index is not index or self._unhealthy is not unhealthy:
+                self._index, self._unhealthy = index, unhealthy
                 self._outcomes = {}
             found = self._outcomes.get(key)
         if found is not None and (found.recheck_at is None or now < found.recheck_at):
             return found
-        outcome = self._select(service, index, (), now)
+        outcome = self._select(service, index, (), now, unhealthy)
         with self._lock:
-            if self._index is index:
+            if self._index is index and self._unhealthy is unhealthy:
                 if len(self._outcomes) >= MAX_SHARED:
                     self._outcomes = {}
                 self._outcomes[key] = outcome
@@ -317,6 +347,7 @@ class SharedSelections:
         index: NodeIndex,
         endpoint_slices: Sequence[EndpointSliceView],
         now: float,
+        unhealthy: Mapping[str, str],
     ) -> Outcome:
         inputs: dict[str, Any] = {
             "service": service,
@@ -324,6 +355,7 @@ class SharedSelections:
             "endpoint_slices": endpoint_slices,
             "settings": self._settings,
             "now": now,
+            "unhealthy": unhealthy,
         }
         # summarise walks only the candidates (for eTP=Local: the endpoints' Nodes); it
         # answers None when the outcome needs select's verdicts (empty ingress, errors).
@@ -389,7 +421,10 @@ class Reconciler:
         always_write: bool = False,
         states: metrics.ServiceStates | None = None,
         kube_proxy_hazard: Callable[[], str | None] = _no_hazard,
+        health: Callable[[], HealthView] = lambda: NO_HEALTH,
     ) -> None:
+        # health: the current health view (docs/design.md §4.11; NO_HEALTH with health
+        # checks off), read once per reconcile.
         # kube_proxy_hazard: the ipvs warning while it holds (docs/design.md §4.10), else
         # None; every Service that gets addresses carries it as a KubeProxyIPVS Event.
         # always_write: benchmark only (bench/README.md), Cilium's status write on every
@@ -401,6 +436,7 @@ class Reconciler:
         self._settings = settings
         self._is_leader = is_leader
         self._kube_proxy_hazard = kube_proxy_hazard
+        self._health = health
         self._wall = wall_clock
         self._lock = threading.Lock()
         self._written: dict[str, _Written] = {}
@@ -411,7 +447,14 @@ class Reconciler:
         # the same objects, so a reconcile costs one lookup per rival.
         self._claims: dict[
             str,
-            tuple[ServiceView, NodeIndex, int, tuple[EndpointSliceView, ...], frozenset[str]],
+            tuple[
+                ServiceView,
+                NodeIndex,
+                int,
+                tuple[EndpointSliceView, ...],
+                Mapping[str, str],
+                frozenset[str],
+            ],
         ] = {}
         self.states = states if states is not None else metrics.ServiceStates(is_leader)
         """What each managed Service last came to (``node_ipam_lb_services``)."""
@@ -453,11 +496,12 @@ class Reconciler:
             else []
         )
         index = self._cache.node_index()
-        outcome = self._shared.outcome(service, index, slices, now)
+        unhealthy = self._health().unhealthy
+        outcome = self._shared.outcome(service, index, slices, now, unhealthy)
         if outcome.error is not None or outcome.ingress is None:
             self._invalid_selector(key, namespace, name, outcome, service)
             return None
-        outcome = self._owned(service, outcome, index, now)
+        outcome = self._owned(service, outcome, index, now, unhealthy)
         assert outcome.ingress is not None  # owned() keeps it a list
         with self._lock:
             self._errors.pop(key, None)
@@ -475,6 +519,7 @@ class Reconciler:
             "" if outcome.ingress else outcome.code,
             selected=outcome.selected,
             hidden=outcome.hidden,
+            unhealthy=outcome.unhealthy,
         )
         rechecks = [at for at in (outcome.recheck_at, waiting) if at is not None]
         if not rechecks:
@@ -503,7 +548,12 @@ class Reconciler:
         return service.created + ENDPOINT_GRACE_SECONDS
 
     def _owned(
-        self, service: ServiceView, outcome: Outcome, index: NodeIndex, now: float
+        self,
+        service: ServiceView,
+        outcome: Outcome,
+        index: NodeIndex,
+        now: float,
+        unhealthy: Mapping[str, str],
     ) -> Outcome:
         """``outcome`` after port ownership (docs/design.md §4.9, :func:`app.core.ports.decide`
         on the cache's port index; the other claimants' candidates come from the same shared
@@ -525,11 +575,12 @@ class Reconciler:
                 and found[0] is other
                 and found[1] is index
                 and found[2] == version
+                and found[4] is unhealthy
                 and len(found[3]) == len(slices)
                 and all(a is b for a, b in zip(found[3], slices, strict=True))
             ):
-                return found[4]
-            theirs = self._shared.outcome(other, index, slices, now)
+                return found[5]
+            theirs = self._shared.outcome(other, index, slices, now, unhealthy)
             # A malformed selector leaves its stored status as it is: still published.
             candidates = theirs.ips if theirs.ingress is not None else stored_vip_ips(other)
             claimed = claims(
@@ -538,7 +589,7 @@ class Reconciler:
             with self._lock:
                 if len(self._claims) >= MAX_CLAIMS:
                     self._claims.clear()
-                self._claims[key] = (other, index, version, tuple(slices), claimed)
+                self._claims[key] = (other, index, version, tuple(slices), unhealthy, claimed)
             return claimed
 
         ownership = decide(
@@ -668,6 +719,14 @@ class Reconciler:
             name,
             slot=EXTERNAL_IP_SLOT,
             event=_normal("ExternalIPPreferred", outcome.hidden_note),
+            uid=uid,
+            record_only=not wrote,
+        )
+        self._say(
+            namespace,
+            name,
+            slot=HEALTH_SLOT,
+            event=_normal("NodesUnhealthy", outcome.unhealthy_note),
             uid=uid,
             record_only=not wrote,
         )

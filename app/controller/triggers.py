@@ -10,7 +10,9 @@ Only what can change a Service's Selection is enqueued ("when in doubt, enqueue"
 - a Node event: nothing when the old and new NodeView are equal (heartbeats touch nothing a
   view holds); otherwise the managed Services whose selector matches the old or new labels
   (an unparsable selector is skipped: its Service is never written), and for eTP=Local only
-  those with a ready endpoint on that Node (no other Node can be selected for them).
+  those with a ready endpoint on that Node (no other Node can be selected for them);
+- a health change of a Node (docs/design.md §4.11): the Services a change of that Node
+  would enqueue.
 """
 
 from __future__ import annotations
@@ -42,7 +44,21 @@ def services_for_node_change(
     """
     if old == new or (old is None and new is None):
         return []
-    name = new.name if new is not None else old.name  # type: ignore[union-attr]
+    if old is None or new is None:
+        return _services_selecting(new or old, managed, cache)  # type: ignore[arg-type]
+    return _services_selecting(old, managed, cache, also=new)
+
+
+def _services_selecting(
+    node: NodeView,
+    managed: Iterable[ServiceView],
+    cache: ClusterCache,
+    *,
+    also: NodeView | None = None,
+) -> list[str]:
+    """Keys of the managed Services whose selector matches ``node`` (or ``also``, its new
+    version) and, for eTP=Local, that have a ready endpoint on it."""
+    name = node.name
     keys = []
     for service in managed:
         if service.match_node_labels is not None:
@@ -51,8 +67,8 @@ def services_for_node_change(
             except SelectorError:
                 continue
             if not (
-                (old is not None and selector.matches(old.labels))
-                or (new is not None and selector.matches(new.labels))
+                selector.matches(node.labels)
+                or (also is not None and selector.matches(also.labels))
             ):
                 continue
         if service.external_traffic_policy == LOCAL and not any(
@@ -76,3 +92,18 @@ def services_for_endpoint_slice_changes(
         if view is not None and view.service_name is not None
     }
     return {k for k in keys if k in managed and managed[k].external_traffic_policy == LOCAL}
+
+
+def services_for_node_health(
+    *, names: Iterable[str], managed: Iterable[ServiceView], cache: ClusterCache
+) -> list[str]:
+    """Keys of the managed Services whose Selection a health change of the Nodes ``names``
+    can alter (docs/design.md §4.11): those that would enqueue on a change of each Node
+    (:func:`services_for_node_change` with the Node as it is, before and after), each once."""
+    keys: dict[str, None] = {}
+    services = list(managed)
+    index = cache.node_index()
+    for position in index.positions(names):
+        for key in _services_selecting(index.nodes[position], services, cache):
+            keys[key] = None
+    return list(keys)

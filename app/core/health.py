@@ -31,9 +31,11 @@ that change nothing.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+from app.core.views import NodeView
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,3 +161,19 @@ class HealthTable:
         since = (before.since if before.holding else now) if holding else None
         self.view = HealthView(frozen, holding, since, probed, len(raw))
         return frozenset(effective.keys() ^ before.unhealthy.keys())
+
+
+def probe_targets(nodes: Iterable[NodeView]) -> dict[str, str]:
+    """Node name -> the address to probe: its first InternalIP, else its first ExternalIP
+    (API order; the address the cluster's own traffic reaches, as a cloud load balancer's
+    health check uses the instance's private address). Nodes no Service can get (being
+    deleted, excluded by label or autoscaler taint: KEP-3458) and Nodes without an address
+    are not probed."""
+    targets: dict[str, str] = {}
+    for node in nodes:
+        if node.predicate is not None:
+            continue
+        entries = node.internal_entries or node.external_entries
+        if entries:
+            targets[node.name] = entries[0][2]
+    return targets

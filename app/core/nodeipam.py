@@ -118,7 +118,8 @@ class Summary:
     ``ingress``, ``reason`` and ``recheck_at`` equal the Selection's (whose ``code`` is
     ``Assigned``); ``hidden`` holds the names of the Nodes whose verdict is
     ``ExternalIPPreferred``, in the order of the Selection's ``nodes``; ``advertised`` is
-    how many Nodes are ``Selected``.
+    how many Nodes are ``Selected``; ``unhealthy`` the names of the Nodes whose verdict is
+    ``Unhealthy`` (§4.11), in that order too.
     """
 
     ingress: tuple[dict[str, str], ...]
@@ -126,6 +127,7 @@ class Summary:
     recheck_at: float | None
     hidden: tuple[str, ...]
     advertised: int
+    unhealthy: tuple[str, ...] = ()
 
 
 def is_managed(service: ServiceView, settings: SelectionSettings) -> tuple[bool, str]:
@@ -431,7 +433,16 @@ def summarise(
         for node, verdict in zip(candidates, verdicts, strict=True)
         if verdict is not None and verdict.code == "ExternalIPPreferred"
     )
-    return Summary(tuple(ingress), reason, recheck_at, hidden, selected)
+    failing = (
+        tuple(
+            node.name
+            for node, verdict in zip(candidates, verdicts, strict=True)
+            if verdict is not None and verdict.code == "Unhealthy"
+        )
+        if unhealthy
+        else ()
+    )
+    return Summary(tuple(ingress), reason, recheck_at, hidden, selected, failing)
 
 
 def _contains(ascending: Sequence[int], value: int) -> bool:

@@ -110,6 +110,35 @@ KUBE_PROXY_IPVS_HAZARD = Gauge(
     " each other on them (docs/design.md §4.10); else 0 (also when the mode is unknown).",
     registry=REGISTRY,
 )
+NODE_HEALTH_CHECKS = Counter(
+    "node_ipam_lb_node_health_checks",
+    "kube-proxy /healthz probes of Nodes by the Lease holder, by result (success: HTTP 200;"
+    " failure: any other status, refused, timed out, not HTTP).",
+    ["result"],
+    registry=REGISTRY,
+)
+NODE_HEALTH_CHECKS_SUCCESS = NODE_HEALTH_CHECKS.labels("success")
+NODE_HEALTH_CHECKS_FAILURE = NODE_HEALTH_CHECKS.labels("failure")
+"""The two children of :data:`NODE_HEALTH_CHECKS`, made once (each a series at 0 from the
+start); the prober adds a round's counts in one call each."""
+NODE_HEALTH_CHECK_ROUND_SECONDS = Gauge(
+    "node_ipam_lb_node_health_check_round_seconds",
+    "Duration of the last round of Node health checks, in seconds (pacing included; 0 on a"
+    " replica that does not hold the Lease).",
+    registry=REGISTRY,
+)
+UNHEALTHY_NODES = Gauge(
+    "node_ipam_lb_unhealthy_nodes",
+    "Nodes that count as unhealthy now (failed their kube-proxy health checks; during a"
+    " most-fail hold, the set from before the hold).",
+    registry=REGISTRY,
+)
+NODE_HEALTH_CHECK_HOLDING = Gauge(
+    "node_ipam_lb_node_health_check_holding",
+    "1 while more than the allowed fraction of probed Nodes fail and the last healthy set is"
+    " kept (the most-fail rule), else 0.",
+    registry=REGISTRY,
+)
 STATUS_WRITES = Counter(
     "node_ipam_lb_status_writes",
     "PATCH requests on services/status, by result (success, conflict, error, not_found).",
@@ -180,9 +209,9 @@ INVALID_SELECTOR = "invalid_selector"
 UNRECONCILED = "unreconciled"
 SERVICE_STATES = (ASSIGNED, PENDING, INVALID_SELECTOR, UNRECONCILED)
 """Values of the ``state`` label of ``node_ipam_lb_services``."""
-NODE_VERDICTS = ("Selected", "ExternalIPPreferred")
-"""Values of the ``verdict`` label of ``node_ipam_lb_service_nodes``: the two verdicts every
-reconcile knows without a verdict per Node (docs/design.md §5)."""
+NODE_VERDICTS = ("Selected", "ExternalIPPreferred", "Unhealthy")
+"""Values of the ``verdict`` label of ``node_ipam_lb_service_nodes``: the verdicts every
+reconcile knows without a verdict per Node (docs/design.md §5, §4.11)."""
 
 
 class ServiceStates:
@@ -208,9 +237,9 @@ class ServiceStates:
         self.active = active
         self._lock = threading.Lock()
         self._managed: set[str] = set()
-        self._records: dict[str, tuple[str, str, int, int]] = {}
+        self._records: dict[str, tuple[str, str, int, int, int]] = {}
         self._counts: dict[tuple[str, str], int] = {}
-        self._nodes = [0, 0]
+        self._nodes = [0, 0, 0]
 
     def set_managed(self, key: str, managed: bool) -> None:
         """Service ``key`` (``namespace/name``) is managed (§3) or not (deleted, or no
@@ -223,14 +252,22 @@ class ServiceStates:
                 self._drop(key)
 
     def record(
-        self, key: str, state: str, reason: str = "", *, selected: int = 0, hidden: int = 0
+        self,
+        key: str,
+        state: str,
+        reason: str = "",
+        *,
+        selected: int = 0,
+        hidden: int = 0,
+        unhealthy: int = 0,
     ) -> None:
         """Service ``key`` last came to ``state`` (one of :data:`SERVICE_STATES` but
         ``unreconciled``) with ``reason`` (a pending code of docs/design.md §4, else
         ``""``), with ``selected`` Nodes advertised and ``hidden`` by the global
-        ExternalIP preference. Ignored for a Service not (yet) known as managed: its
-        informer event, still on the way, enqueues it again."""
-        record = (state, reason, selected, hidden)
+        ExternalIP preference, and ``unhealthy`` kept out by health checks (§4.11).
+        Ignored for a Service not (yet) known as managed: its informer event, still on
+        the way, enqueues it again."""
+        record = (state, reason, selected, hidden, unhealthy)
         with self._lock:
             if key not in self._managed:
                 return
@@ -252,15 +289,15 @@ class ServiceStates:
         with self._lock:
             self._records.clear()
             self._counts.clear()
-            self._nodes = [0, 0]
+            self._nodes = [0, 0, 0]
 
-    def snapshot(self) -> tuple[dict[tuple[str, str], int], tuple[int, int]]:
-        """``({(state, reason): Services}, (Selected, ExternalIPPreferred) Nodes summed over
-        Services)``, ``unreconciled`` included (with reason ``""``)."""
+    def snapshot(self) -> tuple[dict[tuple[str, str], int], tuple[int, int, int]]:
+        """``({(state, reason): Services}, (Selected, ExternalIPPreferred, Unhealthy) Nodes
+        summed over Services)``, ``unreconciled`` included (with reason ``""``)."""
         with self._lock:
             counts = {k: v for k, v in self._counts.items() if v}
             unreconciled = len(self._managed) - len(self._records)
-            nodes = (self._nodes[0], self._nodes[1])
+            nodes = (self._nodes[0], self._nodes[1], self._nodes[2])
         counts[(UNRECONCILED, "")] = unreconciled
         return counts, nodes
 
@@ -269,11 +306,12 @@ class ServiceStates:
         if old is not None:
             self._count(old, -1)
 
-    def _count(self, record: tuple[str, str, int, int], sign: int) -> None:
-        state, reason, selected, hidden = record
+    def _count(self, record: tuple[str, str, int, int, int], sign: int) -> None:
+        state, reason, selected, hidden, unhealthy = record
         self._counts[(state, reason)] = self._counts.get((state, reason), 0) + sign
         self._nodes[0] += sign * selected
         self._nodes[1] += sign * hidden
+        self._nodes[2] += sign * unhealthy
 
 
 class ServiceStateCollector:
@@ -298,14 +336,14 @@ class ServiceStateCollector:
     def collect(self) -> Iterator[Metric]:
         """The two families with their samples (scrape time)."""
         counts: dict[tuple[str, str], int] = {}
-        nodes = [0, 0]
+        nodes = [0, 0, 0]
         active = [s for s in list(self._states) if s.active()]
         for states in active:
-            theirs, (selected, hidden) = states.snapshot()
+            theirs, per_verdict = states.snapshot()
             for key, value in theirs.items():
                 counts[key] = counts.get(key, 0) + value
-            nodes[0] += selected
-            nodes[1] += hidden
+            for at, value in enumerate(per_verdict):
+                nodes[at] += value
         yield from self._families(counts, nodes) if active else self._families()
 
     def _families(
@@ -322,8 +360,9 @@ class ServiceStateCollector:
         per_node = GaugeMetricFamily(
             "node_ipam_lb_service_nodes",
             "Nodes by verdict, summed over the managed Services of their last reconcile:"
-            " Selected (advertised) and ExternalIPPreferred (hidden by the global ExternalIP"
-            " preference, docs/design.md §4.4). No samples on a replica that does not lead.",
+            " Selected (advertised), ExternalIPPreferred (hidden by the global ExternalIP"
+            " preference, docs/design.md §4.4) and Unhealthy (failing kube-proxy health"
+            " checks, §4.11). No samples on a replica that does not lead.",
             labels=["verdict"],
         )
         if counts is not None and nodes is not None:

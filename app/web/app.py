@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from app import __version__
 from app.config import Settings
+from app.core.health import NO_UNHEALTHY
 from app.telemetry.logs import log_event
 from app.web.auth import AllowAll, Authorizer
 from app.web.limits import BodyBudget
@@ -43,6 +44,7 @@ def create_app(
     readiness: Sequence[ReadinessLike] = (),
     start_worker: bool = False,
     kube_proxy_hazard: Callable[[], str | None] = no_hazard,
+    unhealthy: Callable[[], Mapping[str, str]] = lambda: NO_UNHEALTHY,
 ) -> FastAPI:
     """Build the app.
 
@@ -66,6 +68,8 @@ def create_app(
         kube_proxy_hazard: the controller's kube-proxy ipvs warning while it holds, else
             ``None`` (docs/design.md §4.10); preview adds it to the Services that get
             addresses.
+        unhealthy: the controller's nodes failing their health checks (§4.11), node name
+            -> why; preview selects with them.
 
     Raises:
         ValueError: the settings do not make valid :class:`SelectionSettings`, or
@@ -85,6 +89,7 @@ def create_app(
         readiness=tuple(readiness),
         limits=RequestLimits(budget=BodyBudget(settings.inflight_body_bytes)),
         kube_proxy_hazard=kube_proxy_hazard,
+        unhealthy=unhealthy,
     )
 
     @asynccontextmanager

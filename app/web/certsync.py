@@ -27,9 +27,9 @@ a rotated CA right after the patch was measured being called by a kube-apiserver
 still trusted only the old CA: the handshake failed and, with ``failurePolicy: Ignore``,
 a malformed selector was admitted (tests/cluster, CI of 2026-12-03). The old certificate
 stays valid and trusted through the overlap, so nothing is lost by serving it a little
-longer; a replica with no usable certificate (first start, expired, or one ``caBundle``
-no longer trusts, as after an unusable Secret was replaced) takes the new one at once, as
-there is nothing better to serve.
+longer; a replica with no usable certificate (first start, expired or expiring within the
+hand-over, or one ``caBundle`` no longer trusts, as after an unusable Secret was replaced)
+takes the new one at once, as there is nothing better to serve.
 """
 
 from __future__ import annotations
@@ -233,9 +233,9 @@ class CertSync:
     def write_files(self, secret: dict[str, Any] | None) -> bool:
         """Copy the Secret's serving pair to the served files when it differs; True if so.
 
-        While the served certificate is still valid and trusted by both webhook
-        configurations' ``caBundle``, the new pair is written only after that
-        ``caBundle`` has verified it too for ``handover_seconds``
+        While the served certificate stays valid longer than ``handover_seconds`` and is
+        trusted by both webhook configurations' ``caBundle``, the new pair is written only
+        after that ``caBundle`` has verified it too for ``handover_seconds``
         (two GETs per check while it waits; the module docstring says why); meanwhile the
         next check is due at the end of the wait. A configuration that does not exist does
         not count (:func:`app.core.cabundle.in_force`).
@@ -251,7 +251,7 @@ class CertSync:
         if _read(self.cert_file) == pair.cert_pem and _read(self.key_file) == pair.key_pem:
             self._trusted = None
             return False
-        if self._served_is_valid():
+        if self._served_valid_for() > self.handover_seconds:
             wait = self._handover_wait(pair.cert_pem)
             if wait > 0:
                 self._recheck_in = wait
@@ -265,13 +265,17 @@ class CertSync:
         )
         return True
 
-    def _served_is_valid(self) -> bool:
-        """The served file holds a certificate valid now (then it can be kept a while)."""
+    def _served_valid_for(self) -> float:
+        """Seconds the served certificate stays valid (0: none, unreadable or not valid
+        now). One that would expire within the hand-over is not kept for it."""
         try:
             leaf = served_chain(_read(self.cert_file) or b"")[0]
         except ValueError:
-            return False
-        return leaf.not_valid_before_utc <= self.clock() < leaf.not_valid_after_utc
+            return 0.0
+        now = self.clock()
+        if now < leaf.not_valid_before_utc:
+            return 0.0
+        return max((leaf.not_valid_after_utc - now).total_seconds(), 0.0)
 
     def _handover_wait(self, cert_pem: bytes) -> float:
         """Seconds left before ``cert_pem`` may be served (0: now)."""

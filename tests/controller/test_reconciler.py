@@ -11,6 +11,7 @@ from app.controller.cache import ClusterCache
 from app.controller.events import EventRecorder
 from app.controller.informer import object_key
 from app.controller.reconciler import ENDPOINT_GRACE_SECONDS, Reconciler
+from app.core.health import NO_HEALTH
 from app.core.options import SelectionSettings
 from app.core.views import endpoint_slice_view, node_view, service_view
 from app.kube.client import ApiError
@@ -36,6 +37,7 @@ class World:
         self.leader = True
         self.now = 1.8e9  # the wall clock (creationTimestamp ages); Events are at 1e9
         self.recorder = EventRecorder(api=self.api, identity=identity, clock=lambda: 1e9)
+        self.health = NO_HEALTH  # what the prober last decided (docs/design.md §4.11)
         self.reconciler = Reconciler(
             cache=self.cache,
             api=self.api,
@@ -43,6 +45,7 @@ class World:
             settings=settings or SelectionSettings(),
             is_leader=lambda: self.leader,
             wall_clock=lambda: self.now,
+            health=lambda: self.health,
         )
 
     def apply(self, kind: str, obj: dict[str, Any]) -> None:

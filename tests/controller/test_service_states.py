@@ -59,7 +59,7 @@ def test_each_outcome_is_counted_in_its_state_with_previews_code(world: World) -
         ("unreconciled", ""): 1,
     }
     _, nodes = world.reconciler.states.snapshot()
-    assert nodes == (2, 0)  # web: both Nodes advertised; the pending ones: none
+    assert nodes == (2, 0, 0)  # web: both Nodes advertised; the pending ones: none
 
 
 def test_a_service_moving_between_states_leaves_its_old_one(world: World) -> None:
@@ -77,7 +77,7 @@ def test_a_service_moving_between_states_leaves_its_old_one(world: World) -> Non
     world.apply("services", service("web"))
     world.reconcile("default/web")
     assert states(world) == {("assigned", ""): 1}
-    assert world.reconciler.states.snapshot()[1] == (1, 0)
+    assert world.reconciler.states.snapshot()[1] == (1, 0, 0)
 
 
 def test_deleted_and_no_longer_managed_services_leave(world: World) -> None:
@@ -118,7 +118,7 @@ def test_a_new_leadership_term_starts_from_unreconciled(world: World) -> None:
     world.reconcile("default/none")
     world.reconciler.reset()
     assert states(world) == {("unreconciled", ""): 2}
-    assert world.reconciler.states.snapshot()[1] == (0, 0)
+    assert world.reconciler.states.snapshot()[1] == (0, 0, 0)
 
 
 def test_external_ip_preference_hides_are_summed(world: World) -> None:
@@ -126,7 +126,7 @@ def test_external_ip_preference_hides_are_summed(world: World) -> None:
     manage(world, service("a"), service("b"))
     world.reconcile("default/a")
     world.reconcile("default/b")
-    assert world.reconciler.states.snapshot()[1] == (2, 4)
+    assert world.reconciler.states.snapshot()[1] == (2, 4, 0)
 
 
 def scrape(*trackers: metrics.ServiceStates) -> str:

@@ -49,9 +49,12 @@ def expected(
     if not selection.ingress:
         return None
     hidden = tuple(v.name for v in selection.nodes if v.code == "ExternalIPPreferred")
+    failing = tuple(v.name for v in selection.nodes if v.code == "Unhealthy")
     assert selection.code == "Assigned"
     advertised = sum(v.selected for v in selection.nodes)
-    return Summary(selection.ingress, selection.reason, selection.recheck_at, hidden, advertised)
+    return Summary(
+        selection.ingress, selection.reason, selection.recheck_at, hidden, advertised, failing
+    )
 
 
 def check(

@@ -19,6 +19,7 @@ REQUIRED_ALERTS = {
     "NodeIPAMLBWebhookSlow",
     "NodeIPAMLBCertificateExpiring",
     "NodeIPAMLBEventsDropped",
+    "NodeIPAMLBNodeHealthChecksHeld",
 }
 
 

@@ -295,3 +295,42 @@ def test_serve_hands_the_controllers_kube_proxy_warning_to_preview(tmp_path: Pat
     assert state.kube_proxy_hazard() is None
     controller._kube_proxy_hazard = HAZARD  # what its read of kube-proxy's ConfigMap sets
     assert state.kube_proxy_hazard() == HAZARD
+
+
+def test_preview_selects_with_the_controllers_health_view(controller: object) -> None:
+    """docs/design.md §4.11: what the leader's health checks decided is what preview shows:
+    ``Unhealthy`` with its reason; a Service whose only candidate it is keeps it (never
+    emptied) and says so in a warning."""
+    why = "failed 3 kube-proxy health checks in a row (the last: HTTP 503)"
+    settings = Settings(default_lb_service_ipam="nodeipam", auth="none", review_deadline_seconds=25)
+    app = create_app(
+        settings,
+        controller=controller,  # type: ignore[arg-type]
+        clock=lambda: 1e6,
+        unhealthy=lambda: {"edge-1": why},
+    )
+    everywhere = service(name="everywhere", cls="io.cilium/node")
+    with AppClient(app) as health_client:
+        item = health_client.post("/preview", content=json.dumps(everywhere)).json()
+        web = health_client.get("/preview/default/web").json()
+    verdicts = {v["name"]: v for v in item["nodes"]}
+    assert verdicts["edge-1"]["code"] == "Unhealthy"
+    assert verdicts["edge-1"]["reason"].startswith(why)
+    assert [e["ip"] for e in item["ingress"]] == ["10.0.0.2"]
+    assert web["ingress"] == EDGE_ONLY, "its only candidate: kept"
+    assert any("fails its health checks" in w for w in web["warnings"]), web["warnings"]
+
+
+def test_serve_hands_the_controllers_health_view_to_preview(tmp_path: Path) -> None:
+    from app import server
+
+    settings = Settings(auth="none", leader_elect=False, webhook=False, node_health_check=True)
+    controller, app, _ = server.build(settings, workdir=tmp_path, connection=(None, False))
+    state = app.state.node_ipam
+    assert state.unhealthy() == {}
+    assert controller.health is not None
+    for _ in range(3):  # the default failure threshold; core-1 passes (1 of 2 is not most)
+        controller.health.table.record("edge-1", ok=False, detail="HTTP 503")
+        controller.health.table.record("core-1", ok=True, detail="")
+    controller.health.table.evaluate(0.0)
+    assert list(state.unhealthy()) == ["edge-1"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
@@ -16,6 +16,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 
 from app.config import ADMISSION_BODY_LIMIT, Settings
+from app.core.health import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.options import SelectionSettings
 from app.core.ports import PortLookup
@@ -92,7 +93,9 @@ class AppState:
     tasks besides the controller that ``/healthz`` checks; ``readiness`` the conditions
     besides the synced cache that ``/readyz`` waits for; ``kube_proxy_hazard`` gives the
     controller's kube-proxy ipvs warning while it holds, else ``None`` (docs/design.md
-    §4.10), which preview adds to every Service that gets addresses.
+    §4.10), which preview adds to every Service that gets addresses; ``unhealthy`` the
+    nodes failing their health checks as the controller last decided (§4.11: node name ->
+    why; empty off the leader or with health checks off), which preview selects with.
     """
 
     settings: Settings
@@ -106,6 +109,7 @@ class AppState:
     readiness: tuple[ReadinessLike, ...] = ()
     limits: RequestLimits = field(default_factory=lambda: RequestLimits())
     kube_proxy_hazard: Callable[[], str | None] = no_hazard
+    unhealthy: Callable[[], Mapping[str, str]] = lambda: NO_UNHEALTHY
 
 
 @dataclass(frozen=True, slots=True)

@@ -292,10 +292,12 @@ def _synced_cache(state: AppState) -> CacheLike:
 
 def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewItem:
     """``select`` for ``service`` on the cache, then port ownership against the cache's
-    port index (docs/design.md §4.9), as the reconciler decides it; a Service that gets
-    addresses also carries the controller's kube-proxy ipvs warning (§4.10)."""
+    port index (docs/design.md §4.9), as the reconciler decides it, with the controller's
+    health view (§4.11); a Service that gets addresses also carries the controller's
+    kube-proxy ipvs warning (§4.10)."""
     index = cache.node_index()
     now = state.clock()
+    unhealthy = state.unhealthy()
 
     def selection_of(svc: ServiceView) -> Selection:
         return select(
@@ -304,6 +306,7 @@ def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewI
             endpoint_slices=cache.endpoint_slices(svc.namespace, svc.name),
             settings=state.selection,
             now=now,
+            unhealthy=unhealthy,
         )
 
     selection = owned(
