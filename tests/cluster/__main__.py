@@ -61,6 +61,13 @@ def cmd_up(args: argparse.Namespace) -> int:
                 + (external if node.external_ipv4 else ""),
                 file=sys.stderr,
             )
+        dns, dns_port = cluster.dns_server
+        print(
+            f"cluster: DNS (CoreDNS) {dns}:{dns_port} (Pods: {cluster.dns_service_ip}); "
+            f"zones {cluster.cluster_domain}, {cluster.external_zone} "
+            f"(<service>.<namespace>.{cluster.external_zone}: the Service's ingress IPs)",
+            file=sys.stderr,
+        )
         print(f"ready {cluster.url}", flush=True)
         print(f"client-netns {cluster.client_netns}", flush=True)
         while True:

@@ -8,6 +8,10 @@
 - ``<id>-cp``: etcd, kube-apiserver (``https://<seg>.2:6443``), kube-controller-manager,
   kube-scheduler and a kube-proxy (so kube-apiserver reaches webhooks through their
   Service's ClusterIP, as on a kubeadm control-plane node), routes to every pod CIDR;
+  CoreDNS on ``<seg>.2:53``, the cluster DNS (the ``kube-dns`` Service ``10.96.0.10``,
+  selectorless, whose EndpointSlice points at it; every kubelet's ``clusterDNS``), also
+  answering ``<service>.<namespace>.lb.example.org`` with a Service's load-balancer
+  ingress IPs (``k8s_external``);
 - ``<id>-node-<i>``: containerd + runc, kubelet, kube-proxy (iptables mode), the
   bridge + host-local CNI plugins on the pod CIDRs kube-controller-manager allocated
   (``10.244.<n>.0/24`` and ``fd00:10:244:<n>::/64``), routes to the other nodes' pod
@@ -26,6 +30,7 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import http.client
 import ipaddress
 import json
 import os
@@ -54,6 +59,21 @@ SHIM_SOCKETS = Path("/run/containerd/s")
 POD_CIDRS = ("10.244.0.0/16", "fd00:10:244::/56")
 SERVICE_CIDRS = ("10.96.0.0/16", "fd00:10:96::/108")
 API_PORT = 6443
+# Cluster DNS: CoreDNS in the control plane's namespace (README.md here says why not a Pod).
+CLUSTER_DOMAIN = "cluster.local"
+DNS_SERVICE_IP = "10.96.0.10"  # kubeadm's choice: the 10th address of the Service CIDR
+DNS_PORT = 53
+EXTERNAL_ZONE = "lb.example.org"  # k8s_external: <service>.<namespace>.<zone>
+EXTERNAL_TTL = 5  # seconds, stated in the Corefile (also k8s_external's default)
+COREDNS_HEALTH_PORT, COREDNS_READY_PORT = 8080, 8181
+COREDNS_USER = "system:coredns"
+# What CoreDNS's kubernetes plugin reads with `pods disabled` (the default) and no
+# multicluster zone: it lists and watches Services, EndpointSlices and Namespaces.
+COREDNS_RULES = [
+    {"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+     "verbs": ["list", "watch"]},
+]  # fmt: skip
 # kubelet writes these (container_manager_linux.go setupKernelTunables) unless they hold
 # these values already; they are not per network namespace. Its mount namespace gets
 # files with these values bound over them, so the machine's own stay as they are.
@@ -139,8 +159,12 @@ class Cluster:
     works from this namespace), ``client_netns``, ``nodes`` (:class:`Node`: ``name``,
     ``netns``, ``ipv4``/``ipv6``, ``external_ipv4``/``external_ipv6``, ``pod_cidrs``),
     ``plane`` (the :class:`~tests.controlplane.plane.ControlPlane`: ``kubectl()``,
-    ``request()``, ``api_client()``), ``log_dir``. Raises :class:`ClusterError` when a
-    step fails (everything made so far is removed first).
+    ``request()``, ``api_client()``), ``log_dir``; the cluster DNS: ``dns_server``
+    (``(<seg>.2, 53)``, CoreDNS, reachable from the client namespace), ``dns_service_ip``
+    (the ``kube-dns`` ClusterIP Pods use), ``cluster_domain``, ``external_zone`` and
+    ``external_ttl`` (``<service>.<namespace>.<external_zone>`` answers a Service's
+    ingress IPs: :meth:`external_name`). Raises :class:`ClusterError` when a step fails
+    (everything made so far is removed first).
     """
 
     def __init__(
@@ -173,6 +197,11 @@ class Cluster:
         self.kubeconfig_path = Path()
         self.client_netns = ""
         self.log_dir = Path()
+        self.dns_server: tuple[str, int] = ("", DNS_PORT)
+        self.dns_service_ip = DNS_SERVICE_IP
+        self.cluster_domain = CLUSTER_DOMAIN
+        self.external_zone = EXTERNAL_ZONE
+        self.external_ttl = EXTERNAL_TTL
         self._servers: list[_Server] = []
         self._netns: list[str] = []
         self._shim_sockets: set[Path] = set()
@@ -219,6 +248,8 @@ class Cluster:
             self._wire_pod_network()
             self._wait_ready()
             self.timings["nodes ready"] = time.monotonic() - started
+            self._wait_dns_ready()
+            self.timings["cluster DNS ready"] = time.monotonic() - started
             for node in self.nodes:
                 node.importer.join()
                 if node.error is not None:
@@ -472,6 +503,80 @@ class Cluster:
                    "--leader-elect=false", "--bind-address=127.0.0.1"),
         )  # fmt: skip
         self._start_kube_proxy(cp, self.workdir / "cp", "control-plane", binaries, self._servers)
+        self._start_cluster_dns(binaries)
+
+    def external_name(self, service: str, namespace: str) -> str:
+        """``<service>.<namespace>.<external_zone>``: the name CoreDNS answers with the
+        Service's ``status.loadBalancer.ingress`` IPs (and ``spec.externalIPs``)."""
+        return f"{service}.{namespace}.{self.external_zone}"
+
+    # -- cluster DNS ---------------------------------------------------------------------
+    def _start_cluster_dns(self, binaries: Binaries) -> None:
+        """CoreDNS as a process in the control plane's namespace, on ``<seg>.2:53``, with a
+        client certificate of its own (``system:coredns``, bound to :data:`COREDNS_RULES`);
+        the ``kube-dns`` Service (``10.96.0.10``, no selector) and an EndpointSlice for it
+        pointing at that address, so Pods reach it through kube-proxy like any Service."""
+        assert self.plane is not None and self.cp is not None
+        cp = self.cp
+        self._create("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": COREDNS_USER}, "rules": COREDNS_RULES,
+        })  # fmt: skip
+        self._create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": COREDNS_USER},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": COREDNS_USER},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": COREDNS_USER}],
+        })  # fmt: skip
+        labels = {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
+        ports = [("dns", "UDP"), ("dns-tcp", "TCP")]
+        self._create("/api/v1/namespaces/kube-system/services", {
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": labels},
+            "spec": {"clusterIP": DNS_SERVICE_IP, "ports": [
+                {"name": name, "port": DNS_PORT, "targetPort": DNS_PORT, "protocol": protocol}
+                for name, protocol in ports]},
+        })  # fmt: skip
+        self._create("/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kube-dns-control-plane", "namespace": "kube-system",
+                         "labels": {**labels, "kubernetes.io/service-name": "kube-dns",
+                                    "endpointslice.kubernetes.io/managed-by": "tests.cluster"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [cp.ipv4], "conditions": {"ready": True}}],
+            "ports": [{"name": name, "port": DNS_PORT, "protocol": protocol}
+                      for name, protocol in ports],
+        })  # fmt: skip
+        kubeconfig = self._kubeconfig("coredns", COREDNS_USER)
+        corefile = self.workdir / "cp" / "Corefile"
+        corefile.parent.mkdir(parents=True, exist_ok=True)
+        corefile.write_text(
+            corefile_text(cp.ipv4, kubeconfig, CLUSTER_DOMAIN, EXTERNAL_ZONE, EXTERNAL_TTL)
+        )
+        self._start("coredns", _in_ns(cp.netns, str(binaries.coredns), "-conf", str(corefile)))
+        self.dns_server = (cp.ipv4, DNS_PORT)
+
+    def _create(self, collection: str, body: dict[str, Any]) -> None:
+        """POST ``body`` to ``collection`` as admin; raises :class:`ClusterError` unless 201."""
+        assert self.plane is not None
+        status, reply = self.plane.request("POST", collection, body)
+        if status != 201:
+            raise ClusterError(f"POST {collection} {body['metadata']['name']}: {status} {reply}")
+
+    def _wait_dns_ready(self, timeout: float = 60.0) -> None:
+        """Until CoreDNS's ``ready`` endpoint answers 200 (its kubernetes plugin has
+        listed Services, EndpointSlices and Namespaces)."""
+        assert self.cp is not None
+        deadline = time.monotonic() + timeout
+        while not _http_200(self.cp.ipv4, COREDNS_READY_PORT, "/ready"):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"CoreDNS not ready after {timeout:.0f} s; log {self.log_dir / 'coredns.log'}"
+                )
+            time.sleep(0.2)
 
     def _kubeconfig(self, name: str, user: str, groups: Sequence[str] = ()) -> Path:
         assert self.plane is not None
@@ -671,7 +776,12 @@ disabled_plugins = [
             "serializeImagePulls": False,
             "shutdownGracePeriod": "0s",
             "maxPods": 60,
+            # The node's own resolv.conf (dnsPolicy Default): none; ClusterFirst Pods get
+            # `nameserver 10.96.0.10`, `search <ns>.svc.cluster.local svc.cluster.local
+            # cluster.local`, `options ndots:5`.
             "resolvConf": "",
+            "clusterDNS": [DNS_SERVICE_IP],
+            "clusterDomain": CLUSTER_DOMAIN,
         }
         config_path = node.dir / "kubelet.json"
         config_path.write_text(json.dumps(config, indent=2))
@@ -719,13 +829,11 @@ disabled_plugins = [
         node.processes["kubelet"] = server
         server.start()
 
-    def signal_container(self, container_id: str, sig: signal.Signals) -> set[int]:
-        """Send ``sig`` to every process of one container: ``container_id`` as a Pod's
-        ``status.containerStatuses[].containerID`` (``containerd://<id>``) or the bare id.
-        Processes are found by their cgroup (runc names the container's cgroup after its
-        id). SIGSTOP freezes a Pod as a hung process would (probes and webhook calls time
-        out, its TCP connections stay open); SIGCONT resumes it. Returns the pids
-        signalled; raises ``LookupError`` when none was found (wrong id, container gone)."""
+    def container_pids(self, container_id: str) -> set[int]:
+        """The processes of one container (``container_id`` as a Pod's
+        ``status.containerStatuses[].containerID`` or bare), found by their cgroup (runc
+        names the container's cgroup after its id); ``/proc/<pid>/ns/net`` of any of them is
+        the Pod's network namespace. Raises ``LookupError`` when none is found."""
         bare = container_id.split("://", 1)[-1]
         pids: set[int] = set()
         for proc in Path("/proc").iterdir():
@@ -736,6 +844,16 @@ disabled_plugins = [
                     pids.add(int(proc.name))
         if not pids:
             raise LookupError(f"no process in a cgroup of container {bare}")
+        return pids
+
+    def signal_container(self, container_id: str, sig: signal.Signals) -> set[int]:
+        """Send ``sig`` to every process of one container: ``container_id`` as a Pod's
+        ``status.containerStatuses[].containerID`` (``containerd://<id>``) or the bare id.
+        Processes are found by their cgroup (runc names the container's cgroup after its
+        id). SIGSTOP freezes a Pod as a hung process would (probes and webhook calls time
+        out, its TCP connections stay open); SIGCONT resumes it. Returns the pids
+        signalled; raises ``LookupError`` when none was found (wrong id, container gone)."""
+        pids = self.container_pids(container_id)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
@@ -834,6 +952,42 @@ disabled_plugins = [
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def corefile_text(address: str, kubeconfig: Path, domain: str, zone: str, ttl: int) -> str:
+    """The Corefile: one server on port 53 for the cluster domain (``kubernetes``:
+    Services and their endpoints; no Pod records) and the load-balancer zone
+    (``k8s_external``: ``<service>.<namespace>.<zone>`` answers the Service's ingress IPs
+    and externalIPs, with ``ttl`` stated); other names are refused (no ``forward``: no
+    upstream here). ``cache 30`` as kubeadm's, capped by each record's TTL. ``health`` and
+    ``ready`` listen on ``address`` (the control plane's), where :class:`Cluster` polls."""
+    return f"""{domain}:{DNS_PORT} {zone}:{DNS_PORT} {{
+    errors
+    log
+    health {address}:{COREDNS_HEALTH_PORT}
+    ready {address}:{COREDNS_READY_PORT}
+    cache 30
+    k8s_external {zone} {{
+        ttl {ttl}
+    }}
+    kubernetes {domain} {{
+        kubeconfig {kubeconfig} controlplane
+        ttl {ttl}
+    }}
+}}
+"""
+
+
+def _http_200(host: str, port: int, path: str) -> bool:
+    """Whether ``GET http://host:port/path`` answers 200 within a second."""
+    conn = http.client.HTTPConnection(host, port, timeout=1.0)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
 
 
 @contextlib.contextmanager

@@ -36,16 +36,18 @@ def _uses_cluster(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the cluster's tests ``cluster``; give the first test that sets up one of the
-    long fixtures (the cluster, the Helm release on it) the time that setup takes."""
-    pending = set(LONG_FIXTURES)
+    """Mark the cluster's tests ``cluster``; give the first test of each module that sets
+    up one of the long fixtures (the module's cluster, the Helm release on it) the time
+    that setup takes."""
+    pending: dict[object, set[str]] = {}
     for item in items:
         if _uses_cluster(item):
             item.add_marker(pytest.mark.cluster)
-            names = set(getattr(item, "fixturenames", ())) & pending
+            module = pending.setdefault(getattr(item, "module", None), set(LONG_FIXTURES))
+            names = set(getattr(item, "fixturenames", ())) & module
             if names:
                 item.add_marker(pytest.mark.timeout(FIRST_TEST_TIMEOUT))
-                pending -= names
+                module -= names
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

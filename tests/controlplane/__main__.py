@@ -26,9 +26,9 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    """Build or find the binaries (kube-apiserver with the cluster's commands, etcd, helm,
-    prometheus and promtool, the Cilium peer of tests/peers/cilium) and tests/cluster's
-    images; print their paths and versions."""
+    """Build or find the binaries (kube-apiserver with the cluster's commands and CoreDNS,
+    etcd, helm, prometheus and promtool, the Cilium peer of tests/peers/cilium) and
+    tests/cluster's images; print their paths and versions."""
     from tests.cluster.images import build_images
     from tests.peers.cilium import build as cilium  # the differential tests' peer
 
@@ -44,6 +44,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             binaries.kube_proxy,
         ):
             print(f"{path}: {builder.binary_version(path)}")
+        print(f"{binaries.coredns}: {builder.binary_version(binaries.coredns, '-version')}")
         helm = builder.build_helm(interval=args.interval)
         print(f"{helm}: {builder.binary_version(helm, 'version', '--short')}")
         prometheus = builder.build_prometheus(interval=args.interval)

@@ -3,12 +3,15 @@
 Standard library only, so ``python3 -m tests.controlplane build`` works before any
 virtualenv exists (``.ci/run`` runs it first).
 
-The binaries are built from two small Go modules in ``tests/controlplane/go/``:
-``kube/`` (``k8s.io/kubernetes`` with every staging module mapped to its published tag) and
-``etcd/`` (``go.etcd.io/etcd/server/v3``). Their versions are read from those ``go.mod``
-files; nothing else pins them. Binaries land in a cache directory outside the repository,
-keyed by both versions and a hash of the modules' ``go.mod``/``go.sum`` and of the build
-recipe below, so they are rebuilt only when one of those changes.
+The binaries are built from small Go modules in ``tests/controlplane/go/``:
+``kube/`` (``k8s.io/kubernetes`` with every staging module mapped to its published tag),
+``etcd/`` (``go.etcd.io/etcd/server/v3``) and, for tests/cluster's cluster DNS,
+``coredns/`` (``github.com/coredns/coredns`` with a main of ours; a module and a cache
+directory of its own, so it moves none of the Kubernetes binaries' dependencies). Their
+versions are read from those ``go.mod`` files; nothing else pins them. Binaries land in a
+cache directory outside the repository, keyed by the versions and a hash of the modules'
+``go.mod``/``go.sum`` and of the build recipe below, so they are rebuilt only when one of
+those changes.
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ KUBE_PACKAGE = "k8s.io/kubernetes/cmd/kube-apiserver"
 # packages): the rest of a cluster, for tests/cluster (kubelet, kube-proxy on each node).
 CLUSTER_COMMANDS = ("kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 KUBE_PACKAGES = (KUBE_PACKAGE, *(f"k8s.io/kubernetes/cmd/{name}" for name in CLUSTER_COMMANDS))
+# CoreDNS for tests/cluster's cluster DNS: a main of ours (go/coredns/main.go: only the
+# plugins its Corefile uses) in a module of its own (go/coredns/go.mod says why), built
+# into a cache directory of its own (coredns-<version>-<hash>).
+COREDNS_MODULE = GO_DIR / "coredns"
+COREDNS_PACKAGE = "nodeipamlb.test/controlplane/coredns"
+COREDNS_MAIN = "main.go"  # in COREDNS_MODULE; hashed into its cache key
 ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"  # the module's root package is etcd's main
 HELM_PACKAGE = "helm.sh/helm/v3/cmd/helm"
 PROMETHEUS_PACKAGES = (
@@ -79,8 +88,8 @@ class BuildFailed(ControlPlaneUnavailable):
 @dataclasses.dataclass(frozen=True)
 class Binaries:
     """Paths of a complete, cached build and the versions it was built from (the four
-    cluster commands, from the same ``k8s.io/kubernetes`` build as kube-apiserver, are used
-    by tests/cluster only)."""
+    cluster commands, from the same ``k8s.io/kubernetes`` build as kube-apiserver, and
+    CoreDNS, from the same ``go build``, are used by tests/cluster only)."""
 
     directory: Path
     kube_apiserver: Path
@@ -91,6 +100,8 @@ class Binaries:
     kube_scheduler: Path
     kubelet: Path
     kube_proxy: Path
+    coredns: Path
+    coredns_version: str
 
 
 def _require_version(go_mod: Path, module: str) -> str:
@@ -103,6 +114,26 @@ def _require_version(go_mod: Path, module: str) -> str:
 def kubernetes_version() -> str:
     """The pinned ``k8s.io/kubernetes`` version, e.g. ``v1.35.4``."""
     return _require_version(KUBE_MODULE / "go.mod", "k8s.io/kubernetes")
+
+
+def coredns_version() -> str:
+    """The pinned ``github.com/coredns/coredns`` version, e.g. ``v1.15.0``."""
+    return _require_version(COREDNS_MODULE / "go.mod", "github.com/coredns/coredns")
+
+
+def coredns_cache_key() -> str:
+    """``coredns-<version>-<hash>``; the hash covers its module's go.mod, go.sum, main.go
+    and the build flags."""
+    digest = hashlib.sha256(f"recipe={RECIPE} {GO_BUILD_FLAGS} {BASE_LDFLAGS}\n".encode())
+    for name in ("go.mod", "go.sum", COREDNS_MAIN):
+        digest.update(f"coredns/{name}\n".encode())
+        digest.update((COREDNS_MODULE / name).read_bytes())
+    return f"coredns-{coredns_version()}-{digest.hexdigest()[:12]}"
+
+
+def find_coredns() -> Path | None:
+    """The cached CoreDNS binary for the pinned version, or ``None``."""
+    return find_tool(coredns_cache_key(), "coredns")
 
 
 def etcd_version() -> str:
@@ -216,10 +247,30 @@ def find_binaries() -> Binaries | None:
     stamp = directory / STAMP
     kube, etcd = directory / "kube-apiserver", directory / "etcd"
     cluster = [directory / name for name in CLUSTER_COMMANDS]
-    if not (stamp.is_file() and all(os.access(path, os.X_OK) for path in (kube, etcd, *cluster))):
+    coredns = find_coredns()
+    paths = (kube, etcd, *cluster)
+    if coredns is None or not (stamp.is_file() and all(os.access(path, os.X_OK) for path in paths)):
         return None
     info = json.loads(stamp.read_text())
-    return Binaries(directory, kube, etcd, info["kubernetes"], info["etcd"], *cluster)
+    return Binaries(
+        directory, kube, etcd, info["kubernetes"], info["etcd"], *cluster, coredns,
+        coredns_version(),
+    )  # fmt: skip
+
+
+def _kube_built(directory: Path) -> bool:
+    """Whether ``directory`` holds a finished kube-apiserver/etcd/cluster build."""
+    paths = [directory / name for name in ("kube-apiserver", "etcd", *CLUSTER_COMMANDS)]
+    return (directory / STAMP).is_file() and all(os.access(p, os.X_OK) for p in paths)
+
+
+def _require_go(target: Path) -> str:
+    go = find_go()
+    if go is None:
+        raise GoNotFound(
+            f"go not found on PATH; it is needed once to build the binaries into {target}"
+        )
+    return go
 
 
 def find_go() -> str | None:
@@ -629,53 +680,56 @@ def build(
         return found
     root, key = cache_root(), cache_key()
     with _lock(root, key):
-        found = find_binaries()  # another process may have finished while we waited
-        if found is not None:
-            return found
-        go = find_go()
-        if go is None:
-            raise GoNotFound(
-                "go not found on PATH; it is needed once to build kube-apiserver and etcd "
-                f"into {root / key}"
+        if not _kube_built(root / key):  # another process may have finished meanwhile
+            go = _require_go(root / key)
+            k8s, etcd = kubernetes_version(), etcd_version()
+            directory = root / key
+            staging = root / f".{key}.partial"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            kube_log = log_path or root / f"{key}.build.log"
+            progress(
+                f"building kube-apiserver ({', '.join(CLUSTER_COMMANDS)}) {k8s} and etcd {etcd} "
+                f"into {directory}"
             )
-        k8s, etcd = kubernetes_version(), etcd_version()
-        directory = root / key
-        staging = root / f".{key}.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        log_path = log_path or root / f"{key}.build.log"
-        progress(
-            f"building kube-apiserver ({', '.join(CLUSTER_COMMANDS)}) {k8s} and etcd {etcd} "
-            f"into {directory}"
-        )
-        progress(f"full go output: {log_path}")
-        start = time.monotonic()
-        with open(log_path, "w") as log:
-            _go_build(
-                go,
-                name="kubernetes",
-                module=KUBE_MODULE,
-                package=KUBE_PACKAGES,
-                output=staging,
-                ldflags=kube_ldflags(k8s),
-                log=log,
-                progress=progress,
-                interval=interval,
-            )
-            _go_build(
-                go,
-                name="etcd",
-                module=ETCD_MODULE,
-                package=ETCD_PACKAGE,
-                output=staging / "etcd",
-                ldflags=[],
-                log=log,
-                progress=progress,
-                interval=interval,
-            )
-        versions = {"kubernetes": k8s, "etcd": etcd}
-        elapsed = _install(staging, directory, go=go, start=start, versions=versions)
-        progress(f"built in {_format_elapsed(elapsed)}")
+            progress(f"full go output: {kube_log}")
+            start = time.monotonic()
+            with open(kube_log, "w") as log:
+                _go_build(
+                    go,
+                    name="kubernetes",
+                    module=KUBE_MODULE,
+                    package=KUBE_PACKAGES,
+                    output=staging,
+                    ldflags=kube_ldflags(k8s),
+                    log=log,
+                    progress=progress,
+                    interval=interval,
+                )
+                _go_build(
+                    go,
+                    name="etcd",
+                    module=ETCD_MODULE,
+                    package=ETCD_PACKAGE,
+                    output=staging / "etcd",
+                    ldflags=[],
+                    log=log,
+                    progress=progress,
+                    interval=interval,
+                )
+            versions = {"kubernetes": k8s, "etcd": etcd}
+            elapsed = _install(staging, directory, go=go, start=start, versions=versions)
+            progress(f"built in {_format_elapsed(elapsed)}")
+    build_tool(
+        name="coredns",
+        version=coredns_version(),
+        key=coredns_cache_key(),
+        module=COREDNS_MODULE,
+        package=COREDNS_PACKAGE,
+        ldflags=[],
+        progress=progress,
+        interval=interval,
+    )
     found = find_binaries()
     assert found is not None
     return found

@@ -5,6 +5,11 @@
 //
 //	pod=backend-7d9c-x2v4q node=node-2 version=1 client=172.31.0.100:40122
 //
+// Two more paths show the Pod's DNS as its processes see it: /resolv.conf answers the
+// file kubelet wrote, /resolve?name=NAME the addresses Go's resolver (pure Go: it reads
+// that file, search domains and ndots included) finds for NAME, space-separated (502 and
+// the error when it finds none).
+//
 // It listens on every address (IPv4 and IPv6) at $PORT (default 8080). On SIGTERM it
 // keeps serving for $SHUTDOWN_DELAY (a Go duration, default 5s: the time kube-proxy
 // needs to drop the endpoint everywhere), then stops accepting and finishes the
@@ -15,9 +20,11 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -39,6 +46,17 @@ func main() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/resolv.conf", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFile(w, r, "/etc/resolv.conf")
+	})
+	mux.HandleFunc("/resolve", func(w http.ResponseWriter, r *http.Request) {
+		addrs, err := net.DefaultResolver.LookupHost(r.Context(), r.URL.Query().Get("name"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		fmt.Fprintln(w, strings.Join(addrs, " "))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%s client=%s\n", line, r.RemoteAddr)
