@@ -388,7 +388,8 @@ def serve(
         int | None, _flag("kube-proxy's healthz port on every node")
     ] = None,
     node_health_check_period_seconds: Annotated[
-        float | None, _flag("Seconds between two probes of a node")
+        float | None,
+        _flag("Seconds between two probe rounds (longer with over 500 x period nodes)"),
     ] = None,
     node_health_check_timeout_seconds: Annotated[
         float | None, _flag("A probe not answered by then fails, seconds")

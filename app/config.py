@@ -199,7 +199,8 @@ class Settings(SelectionConfig):
         and ``renewDeadline <= JitterFactor (1.2) * retryPeriod`` are errors, since a leader
         could then still act after another replica took over the Lease. Certificates: a
         check interval not shorter than ``cert_renew_before_seconds`` could let the
-        certificate expire between two checks (docs/design.md §7).
+        certificate expire between two checks (docs/design.md §7). Health checks: a probe
+        timeout longer than the period (GCP and AWS refuse it too, §4.11).
         """
         lease, renew = self.lease_duration_seconds, self.renew_deadline_seconds
         retry = self.retry_period_seconds
@@ -219,6 +220,15 @@ class Settings(SelectionConfig):
                 f"cert-check-interval-seconds ({interval:g}) must be less than"
                 f" cert-renew-before-seconds ({before:g}): the certificate could expire"
                 " between two checks"
+            )
+        period = self.node_health_check_period_seconds
+        timeout = self.node_health_check_timeout_seconds
+        if timeout > period:
+            raise ValueError(
+                f"node-health-check-timeout-seconds ({timeout:g}) must not be greater than"
+                f" node-health-check-period-seconds ({period:g}): a node that does not answer"
+                " would stretch every round to the timeout (cloud load balancers require the"
+                " same)"
             )
         return self
 

@@ -496,6 +496,7 @@ class NodeHealthProber:
                 probed=after.probed,
                 failing=after.failing,
                 allowed_fraction=self.table.policy.max_unhealthy_fraction,
+                examples=self.table.failing_sample(),
             )
         elif before.holding and not after.holding:
             log_event(

@@ -15,10 +15,14 @@ The rule, as cloud load balancers and Kubernetes probes state it (``failureThres
 - it becomes **unhealthy** after ``failure_threshold`` failed probes in a row and healthy
   again after ``success_threshold`` good ones in a row;
 - **most fail**: when more than ``max_unhealthy_fraction`` of the probed nodes are
-  unhealthy at once, the prober's own vantage point is the likelier casualty (its Pod's
-  network, a NetworkPolicy, its node), so the last set decided before that is kept
-  (``holding``) until the fraction falls back; nothing is written because of health
-  meanwhile (Envoy's panic threshold answers the same problem by ignoring health);
+  unhealthy, or failed their latest probe, at once, the prober's own vantage point is the
+  likelier casualty (its Pod's network, a NetworkPolicy, its node), so no node leaves
+  (``holding``) until the fraction falls back: the effective set is the one decided
+  before, minus the nodes that have recovered since (a hold stops removals, never a
+  return; Envoy's panic threshold answers the same problem by ignoring health). Counting
+  the latest probe too matters when the prober's network breaks in the middle of a round:
+  the nodes probed after the break reach the failure threshold one round before the
+  others, and would leave while still under the fraction;
 - health never empties a Service's ingress by itself: that rule is applied per Service
   in :func:`app.core.nodeipam.select`, which advertises the unhealthy candidates when no
   healthy one has an address.
@@ -68,7 +72,8 @@ class HealthView:
     ``unhealthy`` maps a node name to the sentence saying why (for the ``Unhealthy``
     verdict); ``holding`` is true while the most-fail rule keeps the last set, ``since``
     (seconds, the caller's clock) when it began; ``probed`` / ``failing`` are the counts
-    that rule compared (``failing``: unhealthy by the thresholds, held or not)."""
+    that rule compared (``failing``: unhealthy by the thresholds or failed their latest
+    probe, whichever is more; held or not)."""
 
     unhealthy: Mapping[str, str] = field(default_factory=lambda: NO_UNHEALTHY)
     holding: bool = False
@@ -89,6 +94,9 @@ class _Node:
     while unhealthy)."""
     reason: str = ""
     results: int = 0
+    last_failed: bool = False
+    detail: str = ""
+    """What the latest failed probe said (for the hold's log line)."""
 
 
 class HealthTable:
@@ -111,6 +119,9 @@ class HealthTable:
         if state is None:
             state = self._nodes[node] = _Node()
         state.results += 1
+        state.last_failed = not ok
+        if not ok:
+            state.detail = detail
         if ok == state.healthy:
             state.streak = 0
             return
@@ -136,17 +147,16 @@ class HealthTable:
         ``now`` (seconds, any monotonic clock) only dates the start of a hold."""
         probed = sum(1 for s in self._nodes.values() if s.results)
         raw = {n: s.reason for n, s in self._nodes.items() if not s.healthy}
+        failing = max(len(raw), sum(1 for s in self._nodes.values() if s.last_failed))
         before = self.view
-        holding = bool(raw) and len(raw) > self.policy.max_unhealthy_fraction * probed
-        if holding:
-            # Nodes deleted meanwhile leave the held set too: they are no candidates.
-            effective = {n: r for n, r in self._last_good.items() if n in self._nodes}
-        else:
-            effective = raw
+        holding = failing > 0 and failing > self.policy.max_unhealthy_fraction * probed
+        # Holding: no new removal; a node that recovered (or was deleted) leaves the held set.
+        held = {n: r for n, r in self._last_good.items() if n in raw}
+        effective = held if holding else raw
         unchanged = (
             holding == before.holding
             and effective.keys() == before.unhealthy.keys()
-            and (probed, len(raw)) == (before.probed, before.failing)
+            and (probed, failing) == (before.probed, before.failing)
         )
         if unchanged:
             return frozenset()
@@ -159,8 +169,14 @@ class HealthTable:
         if not holding:
             self._last_good = frozen
         since = (before.since if before.holding else now) if holding else None
-        self.view = HealthView(frozen, holding, since, probed, len(raw))
+        self.view = HealthView(frozen, holding, since, probed, failing)
         return frozenset(effective.keys() ^ before.unhealthy.keys())
+
+    def failing_sample(self, limit: int = 3) -> list[str]:
+        """Up to ``limit`` ``"<node>: <what its latest probe said>"`` of the nodes whose
+        latest probe failed, by name (the hold's log line names them)."""
+        failed = sorted(n for n, s in self._nodes.items() if s.last_failed)
+        return [f"{n}: {self._nodes[n].detail}" for n in failed[:limit]]
 
 
 def probe_targets(nodes: Iterable[NodeView]) -> dict[str, str]:

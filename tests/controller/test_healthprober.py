@@ -472,7 +472,14 @@ def test_most_nodes_failing_holds_the_last_set_and_says_so(
         ),
         (logging.INFO, "health-check hold ended: node health applies again"),
     ]
-    assert holds[0][2] == {"probed": 3, "failing": 2, "allowed_fraction": 0.5}
+    fields = holds[0][2]
+    assert {k: fields[k] for k in ("probed", "failing", "allowed_fraction")} == {
+        "probed": 3,
+        "failing": 2,
+        "allowed_fraction": 0.5,
+    }
+    assert len(fields["examples"]) == 2
+    assert all(": HTTP 503" in example for example in fields["examples"]), fields["examples"]
     assert holds[1][2]["held_seconds"] >= 0
 
 

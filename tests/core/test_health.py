@@ -135,3 +135,35 @@ def test_a_node_never_probed_counts_as_healthy_and_not_as_probed() -> None:
 def test_thresholds_out_of_range_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         HealthPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_hold_stops_removals_but_lets_a_recovered_node_return() -> None:
+    """The set before the hold is kept, minus what recovers: four nodes, n0 out; then all
+    four fail; then n0 passes while n1-n3 still fail (still most): n0 comes back, n1-n3
+    do not leave."""
+    table = HealthTable(HealthPolicy(failure_threshold=1, success_threshold=1))
+    four = ["n0", "n1", "n2", "n3"]
+    round_(table, {"n0": False, "n1": True, "n2": True, "n3": True}, now=0)
+    assert set(table.view.unhealthy) == {"n0"}
+    round_(table, dict.fromkeys(four, False), now=1)
+    assert table.view.holding and set(table.view.unhealthy) == {"n0"}
+    changed = round_(table, {"n0": True, "n1": False, "n2": False, "n3": False}, now=2)
+    assert table.view.holding and table.view.unhealthy == {}
+    assert changed == {"n0"}
+
+
+def test_a_break_in_the_middle_of_a_round_removes_nobody() -> None:
+    """The prober's network breaks after n4 in round 1 (threshold 3): n5-n9 reach three
+    failures one round before n0-n4, but by then every latest probe fails: a hold, not a
+    removal of half the nodes."""
+    table = HealthTable(HealthPolicy(failure_threshold=3))
+    round_(table, all_ok(), now=0)
+    round_(table, {n: n < "n5" for n in NODES}, now=1)  # the break after n4
+    for second in (2, 3, 4):
+        round_(table, {n: False for n in NODES}, now=second)
+        assert table.view.unhealthy == {}, f"round {second}: {dict(table.view.unhealthy)}"
+        assert table.view.holding
+    assert table.failing_sample(2) == [
+        "n0: GET http://n0:10256/healthz: HTTP 503",
+        "n1: GET http://n1:10256/healthz: HTTP 503",
+    ]

@@ -132,6 +132,7 @@ class FakeController:
     is_ready: bool = True
     health: tuple[bool, str] = (True, "")
     calls: list[str] = field(default_factory=list)
+    leader: bool = False
 
     def start(self) -> None:
         self.calls.append("start")
@@ -146,7 +147,7 @@ class FakeController:
         return self.health
 
     def is_leader(self) -> bool:
-        return False
+        return self.leader
 
 
 def cluster() -> FakeCache:

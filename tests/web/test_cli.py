@@ -49,6 +49,12 @@ ROOT = Path(__file__).resolve().parents[2]
             " renew-deadline-seconds (30)",
         ),
         (
+            ["--node-health-check-period-seconds", "1", "--node-health-check-timeout-seconds", "2"],
+            {},
+            "node-health-check-timeout-seconds (2) must not be greater than"
+            " node-health-check-period-seconds (1)",
+        ),
+        (
             ["--renew-deadline-seconds", "2", "--retry-period-seconds", "2"],
             {},
             "renew-deadline-seconds (2) must be greater than 1.2 x retry-period-seconds (2)",
@@ -70,6 +76,7 @@ ROOT = Path(__file__).resolve().parents[2]
         "serve reads $KUBECONFIG like preview",
         "neither kubeconfig nor in-cluster config",
         "lease shorter than the renew deadline",
+        "health-check timeout longer than its period",
         "renew deadline flags within one jittered retry",
         "certificate checked less often than its renew window",
     ],
