@@ -114,8 +114,8 @@ def health_settings(port: int, **extra: Any) -> dict[str, Any]:
     return {
         "node_health_check": True,
         "node_health_check_port": port,
-        "node_health_check_period_seconds": 0.1,
-        "node_health_check_timeout_seconds": 1.0,
+        "node_health_check_period_seconds": 0.5,
+        "node_health_check_timeout_seconds": 0.5,
         "node_health_check_failure_threshold": 2,
         "node_health_check_success_threshold": 2,
         **extra,
