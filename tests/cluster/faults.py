@@ -22,49 +22,47 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
-from tests.cluster.cluster import Cluster, Node, _in_ns, _Server
+from tests.cluster.cluster import NETNS_DIR, Cluster, Node, _Server
 
 CUT_TABLE = "nilb_fault_cut"
 ISOLATE_TABLE = "nilb_fault_isolate"
 
 
-def _nft(netns: str, script: str) -> None:
+@contextlib.contextmanager
+def _nft_table(netns: Path, table: str, chains: str) -> Iterator[None]:
+    """Add ``table inet <table> { <chains> }`` in the network namespace at ``netns`` (a
+    named namespace's file or ``/proc/<pid>/ns/net``) while the block runs; deleted on exit
+    even when the block fails."""
+    enter = ["nsenter", f"--net={netns}", "--", "nft"]
+    script = f"table inet {table} {{\n{chains}\n}}\n"
     result = subprocess.run(
-        _in_ns(netns, "nft", "-f", "-"), input=script, capture_output=True, text=True, timeout=30
+        [*enter, "-f", "-"], input=script, capture_output=True, text=True, timeout=30
     )
     if result.returncode != 0:
         raise RuntimeError(f"nft in {netns}: {result.stderr.strip()}\n{script}")
-
-
-def _drop_table(netns: str, table: str) -> None:
-    subprocess.run(
-        _in_ns(netns, "nft", "delete", "table", "inet", table),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    try:
+        yield
+    finally:
+        subprocess.run(
+            [*enter, "delete", "table", "inet", table],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
 
 
 @contextlib.contextmanager
 def cut_network(node: Node) -> Iterator[None]:
     """Drop everything on the node's segment interface ``eth0`` (in, out and forwarded)
     while the block runs; restored on exit."""
-    script = f"""
-table inet {CUT_TABLE} {{
-  chain input {{ type filter hook input priority -300; iifname "eth0" drop; }}
-  chain output {{ type filter hook output priority -300; oifname "eth0" drop; }}
-  chain forward {{
+    chains = """
+  chain input { type filter hook input priority -300; iifname "eth0" drop; }
+  chain output { type filter hook output priority -300; oifname "eth0" drop; }
+  chain forward {
     type filter hook forward priority -300; iifname "eth0" drop; oifname "eth0" drop;
-  }}
-}}
-"""
-    _nft(node.netns, script)
-    try:
+  }"""
+    with _nft_table(NETNS_DIR / node.netns, CUT_TABLE, chains):
         yield
-    finally:
-        _drop_table(node.netns, CUT_TABLE)
 
 
 @contextlib.contextmanager
@@ -90,22 +88,6 @@ def isolate_pod_port(cluster: Cluster, container_id: str, port: int) -> Iterator
     runs: what a NetworkPolicy denying that egress, or a broken Pod network, does to the
     Pod alone."""
     pid = min(cluster.container_pids(container_id))
-    netns = f"/proc/{pid}/ns/net"
-    script = f"""
-table inet {ISOLATE_TABLE} {{
-  chain output {{ type filter hook output priority -300; tcp dport {port} drop; }}
-}}
-"""
-    result = subprocess.run(
-        ["nsenter", f"--net={netns}", "--", "nft", "-f", "-"],
-        input=script, capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-    if result.returncode != 0:
-        raise RuntimeError(f"nft in {netns}: {result.stderr.strip()}")
-    try:
+    chains = f"  chain output {{ type filter hook output priority -300; tcp dport {port} drop; }}"
+    with _nft_table(Path(f"/proc/{pid}/ns/net"), ISOLATE_TABLE, chains):
         yield
-    finally:
-        subprocess.run(
-            ["nsenter", f"--net={netns}", "--", "nft", "delete", "table", "inet", ISOLATE_TABLE],
-            capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
