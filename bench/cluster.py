@@ -29,7 +29,7 @@ from typing import Any
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import is_managed, select
 from app.core.options import LOAD_BALANCER_CLASS, MATCH_NODE_LABELS_ANNOTATION, SelectionSettings
-from app.core.ports import PortIndex, decide
+from app.core.ports import PortIndex, claims_from_candidates, decide, with_port_status
 from app.core.views import (
     EXCLUDE_FROM_LB_LABEL,
     EndpointSliceView,
@@ -345,12 +345,13 @@ def expected_ingress(
     settings = settings or SelectionSettings()
     nodes = NodeIndex([node_view(n) for n in cluster.nodes])
     slices: dict[str, list[EndpointSliceView]] = {}
+    ports = PortIndex(lambda view: is_managed(view, settings)[0])
     for raw in cluster.endpoint_slices:
         view = endpoint_slice_view(raw)
         slices.setdefault(f"{view.namespace}/{view.service_name}", []).append(view)
+        ports.put_slice(f"{view.namespace}/{view.name}", None, view)
     now = time.time()
     views = {service_key(raw): service_view(raw) for raw in cluster.services}
-    ports = PortIndex(lambda view: is_managed(view, settings)[0])
     for key, view in views.items():
         ports.put_service(key, None, view)
     # Services that differ only by name and have no EndpointSlice input get the same
@@ -384,13 +385,20 @@ def expected_ingress(
             service,
             [e["ip"] for e in ingress],
             ports=ports,
-            candidates_of=lambda other: [
-                e["ip"] for e in candidates(f"{other.namespace}/{other.name}", other)
-            ],
+            claims_of=claims_from_candidates(
+                lambda other: [
+                    e["ip"] for e in candidates(f"{other.namespace}/{other.name}", other)
+                ],
+                ports=ports,
+                node_of=nodes.node_of,
+                policy=settings.ports,
+            ),
             node_of=nodes.node_of,
             policy=settings.ports,
         )
-        result[key] = [e for e in ingress if e["ip"] not in ownership.lost]
+        kept = [e for e in ingress if e["ip"] not in ownership.lost]
+        # Each entry records the ports it is published for, as the controller writes it.
+        result[key] = [dict(e) for e in with_port_status(kept, service)] if kept else []
     return result
 
 

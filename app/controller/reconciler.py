@@ -52,7 +52,14 @@ from app.core.health import NO_HEALTH, NO_UNHEALTHY, HealthView
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import Selection, Summary, is_managed, select, summarise
 from app.core.options import SelectionSettings
-from app.core.ports import OWNERSHIP_FIELDS, Ownership, claims, decide, stored_vip_ips
+from app.core.ports import (
+    OWNERSHIP_FIELDS,
+    Ownership,
+    claims,
+    decide,
+    stored_vip_ips,
+    with_port_status,
+)
 from app.core.status import ingress_differs
 from app.core.text import elide, elide_bytes
 from app.core.verdicts import ASSIGNED
@@ -195,7 +202,7 @@ class Outcome:
     ``unhealthy`` counts the candidates health checks keep out and ``unhealthy_note``
     names them (§4.11)."""
 
-    ingress: tuple[dict[str, str], ...] | None
+    ingress: tuple[dict[str, Any], ...] | None
     error: str | None
     reason: str
     recheck_at: float | None
@@ -503,11 +510,18 @@ class Reconciler:
             return None
         outcome = self._owned(service, outcome, index, now, unhealthy)
         assert outcome.ingress is not None  # owned() keeps it a list
+        if outcome.ingress and service.ports:
+            # Each entry records the ports it is published for (per-port incumbency, §4.9).
+            outcome = dataclasses.replace(
+                outcome, ingress=with_port_status(outcome.ingress, service)
+            )
+        desired = outcome.ingress
+        assert desired is not None
         with self._lock:
             self._errors.pop(key, None)
         wrote = False
         stored = self._stored(key, service)
-        if self._always_write or ingress_differs(outcome.ingress, stored):
+        if self._always_write or ingress_differs(desired, stored):
             wrote = self._write(key, namespace, name, service.resource_version, outcome)
             if not wrote:
                 return None
@@ -566,7 +580,9 @@ class Reconciler:
 
         def claims_of(other: ServiceView) -> frozenset[str]:
             local = other.external_traffic_policy == "Local"
-            slices = self._cache.endpoint_slices(other.namespace, other.name) if local else []
+            # Every rival's own slices key its claims: they pick a Local Service's
+            # candidates and any Service's own backends, which never block it (§4.9).
+            slices = self._cache.endpoint_slices(other.namespace, other.name)
             key = service_key(other.namespace, other.name)
             with self._lock:
                 found = self._claims.get(key)
@@ -580,7 +596,7 @@ class Reconciler:
                 and all(a is b for a, b in zip(found[3], slices, strict=True))
             ):
                 return found[5]
-            theirs = self._shared.outcome(other, index, slices, now, unhealthy)
+            theirs = self._shared.outcome(other, index, slices if local else [], now, unhealthy)
             # A malformed selector leaves its stored status as it is: still published.
             candidates = theirs.ips if theirs.ingress is not None else stored_vip_ips(other)
             claimed = claims(
@@ -596,7 +612,6 @@ class Reconciler:
             service,
             [e["ip"] for e in outcome.ingress or ()],
             ports=self._cache,
-            candidates_of=lambda other: claims_of(other),
             claims_of=claims_of,
             node_of=index.node_of,
             policy=policy,

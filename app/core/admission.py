@@ -33,7 +33,14 @@ from typing import Any
 from app.core.nodeindex import node_index
 from app.core.nodeipam import NodeIndex, Selection, is_managed, select
 from app.core.options import SelectionSettings
-from app.core.ports import Conflict, PortKey, PortLookup, decide, stored_vip_ips
+from app.core.ports import (
+    Conflict,
+    PortKey,
+    PortLookup,
+    claims_from_candidates,
+    decide,
+    stored_vip_ips,
+)
 from app.core.selection_memo import NotMemoised, SelectionMemo
 from app.core.selector import SelectorError, go_quote, parse_cached
 from app.core.text import elide
@@ -761,7 +768,9 @@ def _ownership_warnings(
         view,
         candidates,
         ports=lookup,
-        candidates_of=candidates_of,
+        claims_of=claims_from_candidates(
+            candidates_of, ports=lookup, node_of=node_of, policy=settings.ports
+        ),
         node_of=node_of,
         policy=settings.ports,
     )
@@ -771,7 +780,9 @@ def _ownership_warnings(
         more = len(out) - MAX_CONFLICT_WARNINGS
         out = [*out[:MAX_CONFLICT_WARNINGS], f"and {more} more port conflict(s)"]
     if ownership.lost and len(ownership.lost) >= len(set(candidates)):
-        out.append("the Service gets no node address now: another holder has a port of each")
+        out.append(
+            "no node address left: use another port, or a node selector that avoids the holders"
+        )
     return tuple(out)
 
 
@@ -784,14 +795,16 @@ def _conflict_warning(conflict: Conflict, total: int, node_of: Callable[[str], s
         f"{conflict.protocol}/{conflict.port}: loses {count} of {total} node addresses"
         f" ({nodes} node{'' if nodes == 1 else 's'}) to"
         f" {template.format(f'{holder.namespace}/{holder.name}')}"
+        + (f" ({holder.detail})" if holder.detail else "")
     )
 
 
 _HOLDERS = {
-    "Service": "Service {} (same class, claimed first)",
+    "Service": "Service {} (same class, publishes it first)",
     "LoadBalancer": "the load-balancer ingress of Service {}",
     "ExternalIP": "spec.externalIPs of Service {}",
     "Pod": "hostNetwork Pod {}",
+    "HostPortPod": "hostPort Pod {}",
 }
 """How a port-conflict warning names what takes the addresses, by
 :class:`app.core.ports.Holder` kind (the kinds that take some addresses, not all; a

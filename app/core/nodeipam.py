@@ -18,6 +18,7 @@ Node snapshot when the caller passes a :class:`NodeIndex` (the reconciler does).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,7 +28,14 @@ from typing import Any
 from app.core.health import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex, node_index
 from app.core.options import SelectionSettings
-from app.core.ports import Ownership, PortLookup, decide, stored_vip_ips
+from app.core.ports import (
+    Ownership,
+    PortLookup,
+    claims_from_candidates,
+    decide,
+    stored_vip_ips,
+    with_port_status,
+)
 from app.core.selector import Selector, SelectorError, parse_cached
 from app.core.text import elide
 from app.core.verdicts import (
@@ -648,7 +656,9 @@ def owned(
     """``selection`` (``select`` for ``service``) after port ownership:
     :func:`app.core.ports.decide` then :func:`apply_ownership` (docs/design.md §4.9).
     What preview (offline and live) shows; the reconciler runs the same two steps on its
-    shared outcomes. Pure.
+    shared outcomes. The ingress entries carry the Service's ports (``ports``, core/v1
+    ``PortStatus``, :func:`app.core.ports.with_port_status`) as the reconciler writes them.
+    Pure.
 
     Args:
         selection: ``select``'s result for ``service``.
@@ -665,11 +675,16 @@ def owned(
         service,
         [e["ip"] for e in selection.ingress],
         ports=ports,
-        candidates_of=candidates_of,
+        claims_of=claims_from_candidates(
+            candidates_of, ports=ports, node_of=node_of, policy=settings.ports
+        ),
         node_of=node_of,
         policy=settings.ports,
     )
-    return apply_ownership(selection, ownership, node_of)
+    decided = apply_ownership(selection, ownership, node_of)
+    if not decided.ingress:
+        return decided
+    return dataclasses.replace(decided, ingress=with_port_status(decided.ingress, service))
 
 
 def candidate_ips(selection: Selection, service: ServiceView) -> tuple[str, ...]:

@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # views imports options, which imports this module
-    from app.core.views import PodView, ServiceView
+    from app.core.views import EndpointSliceView, HostPort, PodView, ServiceView
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 """The protocols of ``spec.ports[].protocol`` (core/v1 ``Protocol``); absent means TCP."""
@@ -191,12 +191,15 @@ class PortPolicy:
 class Holder:
     """What holds a port: ``kind`` is ``Service`` (another managed Service's ingress),
     ``LoadBalancer`` (a Service of another class's stored ingress), ``ExternalIP``,
-    ``NodePort``, ``HealthCheckNodePort``, ``Pod`` (a host-network Pod), ``Reserved``
-    (setting ``reserved_node_ports``) or ``Namespace`` (setting ``allowed_namespaces``)."""
+    ``NodePort``, ``HealthCheckNodePort``, ``Pod`` (a host-network Pod), ``HostPortPod``
+    (a Pod's ``hostPort``), ``Reserved`` (setting ``reserved_node_ports``) or ``Namespace``
+    (setting ``allowed_namespaces``). ``detail``: what else the reason says (a backend
+    Pod of the Service itself that serves another port)."""
 
     kind: str
     namespace: str = ""
     name: str = ""
+    detail: str = ""
 
     def __str__(self) -> str:
         if self.kind == "Reserved":
@@ -210,8 +213,10 @@ class Holder:
             "NodePort": "a nodePort of Service",
             "HealthCheckNodePort": "the healthCheckNodePort of Service",
             "Pod": "hostNetwork Pod",
+            "HostPortPod": "hostPort Pod",
         }[self.kind]
-        return f"{what} {self.namespace}/{self.name}"
+        text = f"{what} {self.namespace}/{self.name}"
+        return f"{text} ({self.detail})" if self.detail else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +291,11 @@ class PortLookup(Protocol):
         ...
 
     def pods(self, key: PortKey) -> list[PodView]:
-        """host-network Pods declaring ``key`` as a containerPort."""
+        """Pods holding ``key`` on their node (host-network ``containerPort``, ``hostPort``)."""
+        ...
+
+    def endpoint_slices(self, namespace: str, service_name: str) -> list[EndpointSliceView]:
+        """The EndpointSlices of Service ``namespace/service_name`` (its backends)."""
         ...
 
 
@@ -309,6 +318,97 @@ def stored_vip_ips(service: ServiceView) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def published_ports(service: ServiceView) -> dict[str, frozenset[PortKey] | None]:
+    """The ``(protocol, port)`` pairs ``service``'s stored ingress records per address it
+    publishes (``status.loadBalancer.ingress[].ports``, core/v1 ``PortStatus``: "the
+    service port of which status is recorded here"), by canonical address, for the
+    entries kube-proxy captures (as :func:`stored_vip_ips`). ``None`` for an entry that
+    records no ports (written by Cilium's Node IPAM or by us before ports were recorded):
+    it counts as published for every port of the Service (docs/design.md §4.9)."""
+    from app.core.views import canonical_ip  # views imports options, which imports us
+
+    out: dict[str, frozenset[PortKey] | None] = {}
+    for entry in service.ingress or ():
+        ip = entry.get("ip")
+        if not (isinstance(ip, str) and ip and entry.get("ipMode") in (None, "", "VIP")):
+            continue
+        parsed = canonical_ip(ip)
+        if parsed is None:
+            continue
+        raw = entry.get("ports")
+        recorded: frozenset[PortKey] | None = None
+        if isinstance(raw, (list, tuple)) and raw:
+            recorded = frozenset(
+                (str(p.get("protocol") or "TCP"), int(p["port"]))
+                for p in raw
+                if isinstance(p, Mapping) and isinstance(p.get("port"), int)
+            )
+        previous = out.get(parsed[0], frozenset())
+        if previous is None or recorded is None:
+            out[parsed[0]] = None
+        else:
+            out[parsed[0]] = previous | recorded
+    return out
+
+
+def incumbent(service: ServiceView, address: str) -> bool:
+    """Whether ``service``'s stored ingress publishes ``address`` for every one of its
+    current ports (an entry recording no ports counts for all: :func:`published_ports`).
+    A Service that added a port since it was published is no incumbent there: rule 2 of
+    docs/design.md §4.9 (per-port incumbency)."""
+    if not service.ingress:
+        return False
+    recorded = published_ports(service)
+    if address not in recorded:
+        return False
+    held = recorded[address]
+    return held is None or all(key in held for key in service.ports)
+
+
+def rank(service: ServiceView, address: str) -> tuple[bool, float, str, str]:
+    """The order in which claimants of ``address`` are served (lowest first):
+    ``(not incumbent, creationTimestamp, namespace, name)`` (docs/design.md §4.9)."""
+    return (not incumbent(service, address), *_rank_base(service))
+
+
+def port_status(service: ServiceView) -> tuple[dict[str, Any], ...]:
+    """``ports`` of the ingress entries we write for ``service``: one core/v1
+    ``PortStatus`` (``port``, ``protocol``) per ``spec.ports`` pair, in order: the record
+    that makes per-port incumbency readable from API state (docs/design.md §4.9). The API
+    server validates them (protocol TCP/UDP/SCTP, port 1-65535); kube-proxy and Cilium
+    ignore them."""
+    return tuple({"port": port, "protocol": protocol} for protocol, port in service.ports)
+
+
+MAX_INTERNED = 4096
+"""Distinct (ingress list, ports) pairs :func:`with_port_status` keeps (then it starts over)."""
+_interned: dict[
+    tuple[int, tuple[PortKey, ...]], tuple[tuple[Any, ...], tuple[dict[str, Any], ...]]
+] = {}
+
+
+def with_port_status(
+    ingress: Sequence[Mapping[str, Any]], service: ServiceView
+) -> tuple[dict[str, Any], ...]:
+    """``ingress`` (entries with ``ip``/``ipMode``, as ``select`` gives them) with each
+    entry's ``ports`` set to :func:`port_status` of ``service``: what the reconciler
+    writes and preview shows (docs/design.md §4.9). Services with the same ingress list
+    object and the same ports share the result (read-only, as ``select``'s entries are);
+    a Service without ports gets ``ingress`` back as a tuple."""
+    if not service.ports:
+        return tuple(ingress)  # type: ignore[arg-type]
+    key = (id(ingress), service.ports)
+    found = _interned.get(key)
+    if found is not None and found[0] is ingress:
+        return found[1]
+    # A list of its own per entry: YAML would write a shared one as an anchor and alias.
+    out = tuple({**entry, "ports": list(port_status(service))} for entry in ingress)
+    if len(_interned) >= MAX_INTERNED:
+        _interned.clear()
+    _interned[key] = (ingress, out)  # type: ignore[assignment]
+    return out
+
+
 class PortIndex:
     """Services and host-network Pods by the ports they hold (module docstring), updated
     per changed object (:meth:`put_service`, :meth:`put_pod`), never rebuilt. Not
@@ -322,6 +422,7 @@ class PortIndex:
         self._fixed: dict[PortKey, dict[str, tuple[ServiceView, tuple[str, ...]]]] = {}
         self._node_ports: dict[PortKey, dict[str, tuple[ServiceView, str]]] = {}
         self._pods: dict[PortKey, dict[str, PodView]] = {}
+        self._slices: dict[str, dict[str, EndpointSliceView]] = {}
         self.version = 0
         """Bumped whenever what any Service or Pod *blocks* changes (its node ports,
         fixed addresses, managed-ness, ports, or a Pod's ports or node): a caller that
@@ -384,8 +485,8 @@ class PortIndex:
         return (managed, view.ports, view.node_ports, view.health_check_node_port, fixed)
 
     def put_pod(self, key: str, old: PodView | None, new: PodView | None) -> None:
-        """Replace what host-network Pod ``key`` holds (``None``: absent)."""
-        if (old and (old.node_name, old.ports)) != (new and (new.node_name, new.ports)):
+        """Replace what Pod ``key`` holds on its node (``None``: absent)."""
+        if (old and (old.node_name, old.host_ports)) != (new and (new.node_name, new.host_ports)):
             self.version += 1
         if old is not None:
             for port in old.ports:
@@ -393,6 +494,29 @@ class PortIndex:
         if new is not None:
             for port in new.ports:
                 self._add(self._pods, port, key, new)  # type: ignore[arg-type]
+
+    def put_slice(
+        self, key: str, old: EndpointSliceView | None, new: EndpointSliceView | None
+    ) -> None:
+        """Replace EndpointSlice ``key`` (``namespace/name``; ``None``: absent), filed
+        under its Service (label ``kubernetes.io/service-name``). The controller's cache
+        keeps its own index of slices (``ClusterCache.endpoint_slices``); previews use this."""
+        for view, adding in ((old, False), (new, True)):
+            if view is None or view.service_name is None:
+                continue
+            owner = f"{view.namespace}/{view.service_name}"
+            if adding:
+                self._slices.setdefault(owner, {})[key] = view
+            else:
+                group = self._slices.get(owner)
+                if group is not None:
+                    group.pop(key, None)
+                    if not group:
+                        del self._slices[owner]
+
+    def endpoint_slices(self, namespace: str, service_name: str) -> list[EndpointSliceView]:
+        """See :class:`PortLookup`."""
+        return list(self._slices.get(f"{namespace}/{service_name}", {}).values())
 
     def claimants(self, key: PortKey) -> list[ServiceView]:
         """See :class:`PortLookup`."""
@@ -430,13 +554,74 @@ def held_ports(service: ServiceView) -> tuple[PortKey, ...]:
 
 
 def pod_ports(pod: PodView) -> tuple[PortKey, ...]:
-    """The ports a host-network Pod holds (for :meth:`PortIndex.related`)."""
+    """The ports a Pod holds on its node (for :meth:`PortIndex.related`)."""
     return pod.ports
 
 
 def _rank_base(service: ServiceView) -> tuple[float, str, str]:
     created = service.created if service.created is not None else math.inf
     return created, service.namespace, service.name
+
+
+def _backend_serves(
+    service: ServiceView, pod: PodView, host_port: HostPort, ports: PortLookup
+) -> bool | None:
+    """Whether ``pod`` is a backend of ``service`` that serves ``host_port`` for it:
+    ``True`` when one of the Service's EndpointSlices names the Pod as a ready or serving
+    endpoint (same namespace only, :func:`app.core.views.endpoint_slice_view`) and lists
+    the Pod's ``container_port`` among its target ports (kube-proxy then sends
+    ``nodeIP:port`` to the very listener the node port reaches: no conflict); ``False``
+    when the Pod is such a backend but the Service targets another of its ports (the
+    published address would take the Pod's node port away from it); ``None`` when the Pod
+    is not a backend of the Service."""
+    if pod.namespace != service.namespace:
+        return None
+    found: bool | None = None
+    for view in ports.endpoint_slices(service.namespace, service.name):
+        if pod.name in view.backends:
+            if (host_port.protocol, host_port.container_port) in view.target_ports:
+                return True
+            found = False
+    return found
+
+
+def _pod_conflicts(
+    service: ServiceView,
+    protocol: str,
+    port: int,
+    pods: Sequence[PodView],
+    by_node: Mapping[str, Sequence[str]],
+    ports: PortLookup,
+) -> list[Conflict]:
+    """The conflicts of ``service``'s ``protocol``/``port`` with the Pods holding it on
+    the nodes of its candidates (``by_node``: node name → its candidate addresses); a Pod
+    that is the Service's own backend for that port is no rival (docs/design.md §4.9)."""
+    out: list[Conflict] = []
+    for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
+        on_node = by_node.get(pod.node_name or "", ())
+        if not on_node:
+            continue
+        for host_port in pod.host_ports:
+            if (host_port.protocol, host_port.port) != (protocol, port):
+                continue
+            taken = tuple(a for a in on_node if host_port.host_ip in (None, a))
+            if not taken:
+                continue
+            serves = _backend_serves(service, pod, host_port, ports)
+            if serves:
+                continue
+            detail = (
+                ""
+                if serves is None
+                else f"a backend of this Service, which sends {protocol}/{port} to another"
+                f" port of it, not {host_port.container_port}"
+            )
+            kind = "Pod" if pod.host_network else "HostPortPod"
+            out.append(
+                Conflict(protocol, port, Holder(kind, pod.namespace, pod.name, detail), taken)
+            )
+            break
+    return out
 
 
 def blocks(
@@ -470,6 +655,7 @@ def blocks(
     everywhere = False
     lost: set[str] = set()
     wanted = set(addresses)
+    by_node: dict[str, list[str]] | None = None
     for protocol, port in service.ports:
         if policy.reserved_range(service, protocol, port) is not None:
             conflicts.append(Conflict(protocol, port, Holder("Reserved")))
@@ -499,18 +685,15 @@ def blocks(
                 lost.update(taken)
         pods = ports.pods((protocol, port))
         if pods:
-            by_node: dict[str, list[str]] = {}
-            for address in addresses:
-                node = node_of(address)
-                if node is not None:
-                    by_node.setdefault(node, []).append(address)
-            for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
-                taken = tuple(by_node.get(pod.node_name or "", ()))
-                if taken:
-                    conflicts.append(
-                        Conflict(protocol, port, Holder("Pod", pod.namespace, pod.name), taken)
-                    )
-                    lost.update(taken)
+            if by_node is None:
+                by_node = {}
+                for address in addresses:
+                    node = node_of(address)
+                    if node is not None:
+                        by_node.setdefault(node, []).append(address)
+            for conflict in _pod_conflicts(service, protocol, port, pods, by_node, ports):
+                conflicts.append(conflict)
+                lost.update(conflict.addresses)
     if everywhere:
         return frozenset(addresses), conflicts
     return frozenset(lost), conflicts
@@ -531,15 +714,129 @@ def claims(
     return addresses - lost if lost else addresses
 
 
+def claims_from_candidates(
+    candidates_of: Callable[[ServiceView], Iterable[str]],
+    *,
+    ports: PortLookup,
+    node_of: Callable[[str], str | None],
+    policy: PortPolicy,
+) -> Callable[[ServiceView], AbstractSet[str]]:
+    """The ``claims_of`` of :func:`decide` for a caller that knows the other Services'
+    candidate addresses (``candidates_of``, ``select``'s ingress IPs; for a Service whose
+    selector does not parse, its stored addresses): :func:`claims` of them, memoised per
+    Service for the life of the returned function (one decision, one snapshot)."""
+    memo: dict[tuple[str, str], frozenset[str]] = {}
+
+    def claims_of(other: ServiceView) -> frozenset[str]:
+        key = (other.namespace, other.name)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = claims(
+                other, candidates_of(other), ports=ports, node_of=node_of, policy=policy
+            )
+        return found
+
+    return claims_of
+
+
+MAX_CHAIN = 64
+"""How deep :func:`decide` follows "this rival publishes the address only if its own
+earlier rivals do not" (module docstring, rule 3). A longer chain of Services, each
+sharing a port with the next on one address, counts the rivals beyond it as publishing:
+the safe side (the Service under decision loses the address), decided from state alone."""
+
+
+class _Contest:
+    """The competition between managed Services on one decision's addresses (rules 2 and
+    3 of the module docstring): per address, the claimants are taken in rank order and
+    each publishes it unless a claimant ranked before it that publishes it shares one of
+    its ports there. ``addresses``: the addresses at stake (the decided Service's after
+    its blocks); every question this asks is about one of them. Memoised for one
+    decision: the claimants of a port per address (one pass over each claimant's claims),
+    each Service's recorded ports, each (Service, address) answer."""
+
+    def __init__(
+        self,
+        ports: PortLookup,
+        claims_of: Callable[[ServiceView], AbstractSet[str]],
+        addresses: AbstractSet[str],
+        decided: ServiceView,
+    ) -> None:
+        self._decided = (decided.namespace, decided.name)
+        self._ports = ports
+        self._claims_of = claims_of
+        self._addresses = addresses
+        self._by_port: dict[PortKey, dict[str, list[ServiceView]]] = {}
+        self._sorted: set[tuple[PortKey, str]] = set()
+        self._recorded: dict[tuple[str, str], dict[str, frozenset[PortKey] | None]] = {}
+        self._publishes: dict[tuple[str, str, str], bool] = {}
+
+    def rank(self, service: ServiceView, address: str) -> tuple[bool, float, str, str]:
+        """:func:`rank`, with ``service``'s recorded ports read once per decision."""
+        key = (service.namespace, service.name)
+        recorded = self._recorded.get(key)
+        if recorded is None:
+            recorded = self._recorded[key] = published_ports(service) if service.ingress else {}
+        held = recorded.get(address, frozenset())
+        incumbent_here = address in recorded and (
+            held is None or all(port in held for port in service.ports)
+        )
+        return (not incumbent_here, *_rank_base(service))
+
+    def rivals(self, key: PortKey, address: str) -> list[ServiceView]:
+        """The managed Services with port ``key`` that claim ``address``, in rank order."""
+        by_address = self._by_port.get(key)
+        if by_address is None:
+            by_address = self._by_port[key] = {}
+            for other in self._ports.claimants(key):
+                if (other.namespace, other.name) == self._decided:
+                    continue  # never its own rival; it claims every address at stake
+                for shared in self._addresses & self._claims_of(other):
+                    by_address.setdefault(shared, []).append(other)
+        found = by_address.get(address, [])
+        if (key, address) not in self._sorted:
+            found.sort(key=lambda other: self.rank(other, address))
+            self._sorted.add((key, address))
+        return found
+
+    def winner(
+        self, service: ServiceView, key: PortKey, address: str, depth: int = 0
+    ) -> ServiceView | None:
+        """The Service ranked before ``service`` that publishes ``address`` with port
+        ``key``, or ``None``."""
+        mine = self.rank(service, address)
+        me = (service.namespace, service.name)
+        for other in self.rivals(key, address):
+            if (other.namespace, other.name) == me:
+                continue
+            if self.rank(other, address) >= mine:
+                break
+            if self.publishes(other, address, depth + 1):
+                return other
+        return None
+
+    def publishes(self, service: ServiceView, address: str, depth: int = 0) -> bool:
+        """Whether ``service`` (a claimant of ``address``) publishes it: no Service ranked
+        before it that publishes ``address`` shares one of its ports. Past
+        :data:`MAX_CHAIN` levels a rival counts as publishing."""
+        if depth > MAX_CHAIN:
+            return True
+        memo_key = (service.namespace, service.name, address)
+        found = self._publishes.get(memo_key)
+        if found is None:
+            found = all(self.winner(service, key, address, depth) is None for key in service.ports)
+            self._publishes[memo_key] = found
+        return found
+
+
 def decide(
     service: ServiceView,
     candidates: Sequence[str],
     *,
     ports: PortLookup,
-    candidates_of: Callable[[ServiceView], Iterable[str]],
+    claims_of: Callable[[ServiceView], AbstractSet[str]],
     node_of: Callable[[str], str | None],
     policy: PortPolicy,
-    claims_of: Callable[[ServiceView], AbstractSet[str]] | None = None,
 ) -> Ownership:
     """Which of ``service``'s candidate addresses it may publish (docs/design.md §4.9).
 
@@ -547,20 +844,22 @@ def decide(
         service: a managed Service (§3).
         candidates: its candidate addresses, canonical text (``select``'s ingress IPs).
         ports: the port index of the cluster (:class:`PortIndex` or ``ClusterCache``).
-        candidates_of: another managed Service's candidate addresses (``select``'s
-            ingress IPs on the same Node snapshot; for a Service whose selector does not
-            parse, its stored addresses, which stay published).
+        claims_of: another managed Service's claims: :func:`claims` of its candidate
+            addresses (``select``'s ingress IPs on the same Node snapshot; for a Service
+            whose selector does not parse, its stored addresses, which stay published).
+            A caller that knows candidates only wraps them with
+            :func:`claims_from_candidates`; the reconciler memoises its own.
         node_of: the Node name of an address (``None``: no Node has it).
         policy: the administrator's rules.
-        claims_of: optional, another managed Service's claims: :func:`claims` of its
-            candidates (a caller that memoises them passes this; ``candidates_of`` is
-            then not called).
 
-    Returns the :class:`Ownership`: tier 1 (:func:`blocks`) for ``service``, then the
-    competition with every other claimant of each of its ports, whose claims are their
-    candidates after their own tier 1. The result reads only cluster state, never
-    another decision, so every replica, every restart and every order of events gives the
-    same answer for the same state. Never raises on content.
+    Returns the :class:`Ownership`: tier 1 (:func:`blocks`) for ``service``, then, per
+    remaining address, the competition in rank order (:func:`rank`): the Service loses
+    the address when a claimant ranked before it that itself publishes the address shares
+    one of its ports there. A claimant that loses an address claims nothing there, so a
+    Service that publishes nowhere holds no port. The result reads only cluster state
+    (specs, stored ingress), never another decision's outcome or the order of events,
+    so every replica, every restart and every order gives the same answer for the same
+    state. Never raises on content.
     """
     if not candidates or not service.ports:
         if (
@@ -577,55 +876,25 @@ def decide(
     if conflicts and conflicts[0].holder.kind == "Namespace":
         return Ownership(lost, tuple(conflicts), "NamespaceNotAllowed")
     remaining = [a for a in candidates if a not in lost]
-    if remaining:
-        me = (service.namespace, service.name)
-        mine = set(remaining)
-        stored: set[str] | None = None  # on the first claimed address: most have no rival
-        base = _rank_base(service)
-        for protocol, port in service.ports:
-            rivals = [
-                other
-                for other in ports.claimants((protocol, port))
-                if (other.namespace, other.name) != me
-            ]
-            if not rivals:
-                continue
-            winners: dict[str, tuple[tuple[bool, float, str, str], ServiceView]] = {}
-            for other in rivals:
-                if claims_of is not None:
-                    claimed = mine.intersection(claims_of(other))
-                else:
-                    shared = mine.intersection(candidates_of(other))
-                    if not shared:
-                        continue
-                    other_lost, _ = blocks(
-                        other, shared, ports=ports, node_of=node_of, policy=policy
-                    )
-                    claimed = shared - other_lost
-                if not claimed:
-                    continue
-                if stored is None:
-                    stored = set(stored_vip_ips(service))
-                other_stored = set(stored_vip_ips(other))
-                other_base = _rank_base(other)
-                for address in claimed:
-                    theirs = (address not in other_stored, *other_base)
-                    best = winners.get(address)
-                    if theirs < (address not in stored, *base) and (
-                        best is None or theirs < best[0]
-                    ):
-                        winners[address] = (theirs, other)
-            by_holder: dict[tuple[str, str], list[str]] = {}
-            for address in remaining:
-                found = winners.get(address)
-                if found is not None:
-                    winner = found[1]
-                    by_holder.setdefault((winner.namespace, winner.name), []).append(address)
-            for (namespace, name), taken in sorted(by_holder.items()):
-                conflicts.append(
-                    Conflict(protocol, port, Holder("Service", namespace, name), tuple(taken))
-                )
-                lost = lost | frozenset(taken)
+    me = (service.namespace, service.name)
+    contested = [
+        key
+        for key in service.ports
+        if any((o.namespace, o.name) != me for o in ports.claimants(key))
+    ]
+    if remaining and contested:
+        contest = _Contest(ports, claims_of, frozenset(remaining), service)
+        taken: dict[tuple[PortKey, str, str], list[str]] = {}
+        for address in remaining:
+            for key in contested:
+                winner = contest.winner(service, key, address)
+                if winner is not None:
+                    taken.setdefault((key, winner.namespace, winner.name), []).append(address)
+        for ((protocol, port), namespace, name), addresses in sorted(taken.items()):
+            conflicts.append(
+                Conflict(protocol, port, Holder("Service", namespace, name), tuple(addresses))
+            )
+            lost = lost | frozenset(addresses)
     if not lost:
         return Ownership(frozenset(), tuple(conflicts), None) if conflicts else NO_CONFLICT
     return Ownership(frozenset(lost), tuple(conflicts), "PortInUse")

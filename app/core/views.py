@@ -207,6 +207,12 @@ class EndpointSliceView:
     name: str
     service_name: str | None
     ready_node_names: frozenset[str]
+    backends: frozenset[str] = frozenset()
+    """Names of the Pods of the slice's namespace that are ready or serving endpoints
+    (``targetRef`` kind Pod, no other namespace): the Service's own backends, which do not
+    block it from their node ports (docs/design.md §4.9)."""
+    target_ports: frozenset[tuple[str, int]] = frozenset()
+    """``(protocol, port)`` of the slice's ``ports`` (the Service's target ports, resolved)."""
 
 
 def _mapping(obj: Any, where: str) -> Mapping[str, Any]:
@@ -496,6 +502,9 @@ def endpoint_slice_view(obj: Mapping[str, Any]) -> EndpointSliceView:
     ``ready_node_names`` holds the ``nodeName`` of every endpoint whose
     ``conditions.ready`` is not ``false`` (absent means ready, KEP-1672) and that has a
     ``nodeName``: the rule of Cilium's eTP=Local filter (docs/design.md §4.3).
+    ``backends`` names the Pods (of the slice's namespace) of the endpoints that are
+    ready or ``serving`` (KEP-1672), ``target_ports`` the slice's ``(protocol, port)``
+    pairs: port ownership's own-backend rule (§4.9).
 
     Raises:
         ViewError: not a mapping, no ``metadata.name``, or ``endpoints`` not a list.
@@ -504,39 +513,112 @@ def endpoint_slice_view(obj: Mapping[str, Any]) -> EndpointSliceView:
     labels = _mapping(meta.get("labels"), "metadata.labels")
     service_name = labels.get(SERVICE_NAME_LABEL)
     ready: set[str] = set()
+    backends: set[str] = set()
     for endpoint in _list(obj.get("endpoints"), "endpoints"):
         if not isinstance(endpoint, Mapping):
             continue
         conditions = endpoint.get("conditions")
-        if isinstance(conditions, Mapping) and conditions.get("ready") is False:
+        conditions = conditions if isinstance(conditions, Mapping) else {}
+        pod = _backend_pod(endpoint.get("targetRef"), namespace)
+        if pod is not None and (
+            conditions.get("ready") is not False or conditions.get("serving") is True
+        ):
+            backends.add(pod)
+        if conditions.get("ready") is False:
             continue
         node_name = endpoint.get("nodeName")
         if isinstance(node_name, str) and node_name:
             ready.add(node_name)
+    targets: set[tuple[str, int]] = set()
+    for entry in _list(obj.get("ports"), "ports"):
+        if not isinstance(entry, Mapping):
+            continue
+        number = entry.get("port")
+        protocol = entry.get("protocol") or "TCP"
+        if isinstance(number, int) and not isinstance(number, bool) and isinstance(protocol, str):
+            targets.add((protocol, number))
     return EndpointSliceView(
         namespace=namespace,
         name=name,
         service_name=service_name if isinstance(service_name, str) else None,
         ready_node_names=frozenset(ready),
+        backends=frozenset(backends),
+        target_ports=frozenset(targets),
     )
+
+
+def _backend_pod(ref: Any, namespace: str) -> str | None:
+    """The Pod name an endpoint's ``targetRef`` names when it is a Pod of ``namespace``
+    (the slice's; an absent ``targetRef.namespace`` means it), else ``None``. A reference
+    to another namespace's Pod is never a backend: anyone who may write EndpointSlices in
+    one namespace could otherwise name another team's Pod (docs/design.md §4.9)."""
+    if not isinstance(ref, Mapping) or ref.get("kind") != "Pod":
+        return None
+    pod, pod_namespace = ref.get("name"), ref.get("namespace") or namespace
+    if not isinstance(pod, str) or not pod or pod_namespace != namespace:
+        return None
+    return pod
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """One port a Pod holds on its node (docs/design.md §4.9): ``protocol``/``port`` on the
+    node's addresses (``host_ip``, canonical text, when the Pod's ``hostIP`` names one
+    address; ``None``: every address of the node), served by the Pod's ``container_port``
+    (a ``hostNetwork: true`` Pod's ``containerPort`` is the port itself; a ``hostPort``
+    maps to its ``containerPort`` through the CNI ``portmap`` plugin)."""
+
+    protocol: str
+    port: int
+    container_port: int
+    host_ip: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PodView:
-    """What port ownership reads from a ``hostNetwork: true`` Pod (docs/design.md §4.9):
-    the node it runs on and the ``(protocol, containerPort)`` pairs of its containers,
-    which a host-network Pod serves on every address of that node. A Pod that has ended
-    (``status.phase`` Succeeded or Failed) or is not bound holds no port (``ports`` empty)."""
+    """What port ownership reads from a Pod that holds node ports (docs/design.md §4.9):
+    the node it runs on and its :class:`HostPort` entries: every ``containerPort`` of a
+    ``hostNetwork: true`` Pod (it serves them on every address of its node), every
+    ``hostPort`` of another Pod (the CNI ``portmap`` plugin DNATs ``nodeIP:hostPort`` to it).
+    ``ports`` holds the distinct ``(protocol, port)`` keys of ``host_ports`` (what the port
+    index files it under). A Pod that has ended (``status.phase`` Succeeded or Failed) or
+    is not bound holds no port (both empty)."""
 
     namespace: str
     name: str
     node_name: str | None
     ports: tuple[tuple[str, int], ...]
+    host_ports: tuple[HostPort, ...] = ()
+    host_network: bool = False
+
+    @property
+    def holds_ports(self) -> bool:
+        """Whether the Pod holds any node port (a Pod that holds none is not kept)."""
+        return bool(self.ports)
+
+
+def _pod_containers(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """``(field path, container)`` of the containers whose ports a Pod serves: every entry
+    of ``spec.containers`` and the restartable (sidecar, ``restartPolicy: Always``) ones of
+    ``spec.initContainers`` (KEP-753: they run for the Pod's life; kubelet gives their
+    ``hostPort`` to the sandbox's port mappings as it does the containers')."""
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    for kind in ("containers", "initContainers"):
+        for c, container in enumerate(_list(spec.get(kind), f"spec.{kind}")):
+            if not isinstance(container, Mapping):
+                continue
+            if kind == "initContainers" and container.get("restartPolicy") != "Always":
+                continue
+            out.append((f"spec.{kind}[{c}]", container))
+    return out
 
 
 def pod_view(obj: Mapping[str, Any]) -> PodView:
-    """Project a ``v1`` Pod for port ownership; only ``hostNetwork: true`` Pods hold ports
-    (the informer lists them with the field selector ``spec.hostNetwork=true``).
+    """Project a ``v1`` Pod for port ownership (docs/design.md §4.9): a ``hostNetwork:
+    true`` Pod holds every ``containerPort`` of its containers; any other Pod holds each
+    ``hostPort`` it declares (on ``hostIP`` when that is set and not ``0.0.0.0``/``::``),
+    with the protocol as declared (absent: TCP). A Pod holding nothing gets empty
+    ``ports`` (the informer keeps no such Pod).
 
     Raises:
         ViewError: not a mapping, no ``metadata.name``, or a read field of the wrong type.
@@ -545,18 +627,39 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status"), "status")
     node_name = _opt_str(spec.get("nodeName"), "spec.nodeName") or None
-    ports: dict[tuple[str, int], None] = {}
+    host_network = spec.get("hostNetwork") is True
+    held: dict[HostPort, None] = {}
     ended = status.get("phase") in ("Succeeded", "Failed")
-    if spec.get("hostNetwork") is True and node_name is not None and not ended:
-        for c, container in enumerate(_list(spec.get("containers"), "spec.containers")):
-            if not isinstance(container, Mapping):
-                continue
-            for p, entry in enumerate(_list(container.get("ports"), f"spec.containers[{c}].ports")):
+    if node_name is not None and not ended:
+        for where_c, container in _pod_containers(spec):
+            for p, entry in enumerate(_list(container.get("ports"), f"{where_c}.ports")):
                 if not isinstance(entry, Mapping):
                     continue
-                where = f"spec.containers[{c}].ports[{p}]"
+                where = f"{where_c}.ports[{p}]"
                 protocol = _opt_str(entry.get("protocol"), f"{where}.protocol") or "TCP"
-                port = _port_number(entry.get("containerPort"), f"{where}.containerPort")
-                if port is not None:
-                    ports[protocol, port] = None
-    return PodView(namespace=namespace, name=name, node_name=node_name, ports=tuple(ports))
+                container_port = _port_number(entry.get("containerPort"), f"{where}.containerPort")
+                if container_port is None:
+                    continue
+                if host_network:
+                    held[HostPort(protocol, container_port, container_port)] = None
+                    continue
+                host_port = _port_number(entry.get("hostPort"), f"{where}.hostPort")
+                if host_port is None:
+                    continue
+                raw_ip = _opt_str(entry.get("hostIP"), f"{where}.hostIP") or ""
+                parsed = canonical_ip(raw_ip) if raw_ip else None
+                # 0.0.0.0 and :: mean every address (the portmap plugin matches no
+                # destination then); text that is no IP is taken as every address too
+                # (the safe side: it blocks more, never less).
+                host_ip = None if parsed is None or parsed[2] == 0 else parsed[0]
+                held[HostPort(protocol, host_port, container_port, host_ip)] = None
+    host_ports = tuple(held)
+    ports = tuple(dict.fromkeys((h.protocol, h.port) for h in host_ports))
+    return PodView(
+        namespace=namespace,
+        name=name,
+        node_name=node_name,
+        ports=ports,
+        host_ports=host_ports,
+        host_network=host_network,
+    )

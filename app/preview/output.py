@@ -31,6 +31,16 @@ def _verdict_dict(v: NodeVerdict) -> dict[str, Any]:
     return {"name": v.name, "selected": v.selected, "code": v.code, "reason": v.reason}
 
 
+def _frozen(value: Any) -> Any:
+    """``value`` with its lists and mappings as tuples (an ingress entry's ``ports``), so
+    it keys a dict."""
+    if isinstance(value, Mapping):
+        return tuple((k, _frozen(v)) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
 class _Fragments:
     """Rendered text per list entry, rendered once per distinct entry: verdicts by identity
     (kept alive with their text, so an ``id`` is never reused), ingress entries by value."""
@@ -47,7 +57,7 @@ class _Fragments:
         return hit[1]
 
     def entry(self, entry: Mapping[str, Any]) -> str:
-        key = tuple(entry.items())
+        key = tuple((k, _frozen(v)) for k, v in entry.items())
         text = self._entries.get(key)
         if text is None:
             text = self._entries[key] = self._render(dict(entry))

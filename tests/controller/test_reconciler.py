@@ -16,7 +16,14 @@ from app.core.options import SelectionSettings
 from app.core.views import endpoint_slice_view, node_view, service_view
 from app.kube.client import ApiError
 from tests.controller.memory_api import MemoryAPI
-from tests.controller.support import EXCLUDE, endpoint_slice, kind_4node, node, service
+from tests.controller.support import (
+    EXCLUDE,
+    distinct_port,
+    endpoint_slice,
+    kind_4node,
+    node,
+    service,
+)
 
 VIEWS = {"nodes": node_view, "services": service_view, "endpointslices": endpoint_slice_view}
 
@@ -119,13 +126,15 @@ def test_the_patch_carries_only_status_load_balancer_ingress(world: World) -> No
     world.api.patch_service_status = spy  # type: ignore[method-assign]
     world.apply("services", service("web"))
     world.reconcile("default/web")
+    # Each entry records the ports it is published for (docs/design.md §4.9).
+    ports = [{"port": distinct_port("default", "web"), "protocol": "TCP"}]
     assert seen == [
         {
             "status": {
                 "loadBalancer": {
                     "ingress": [
-                        {"ip": "10.0.0.1", "ipMode": "VIP"},
-                        {"ip": "10.0.0.2", "ipMode": "VIP"},
+                        {"ip": "10.0.0.1", "ipMode": "VIP", "ports": ports},
+                        {"ip": "10.0.0.2", "ipMode": "VIP", "ports": ports},
                     ]
                 }
             }

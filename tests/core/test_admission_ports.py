@@ -412,8 +412,8 @@ def test_losing_every_address_to_another_managed_service_is_warned_about() -> No
     assert decision.allowed
     assert decision.warnings == (
         "TCP/80: loses 3 of 3 node addresses (3 nodes) to Service team-a/alpha (same"
-        " class, claimed first)",
-        "the Service gets no node address now: another holder has a port of each",
+        " class, publishes it first)",
+        "no node address left: use another port, or a node selector that avoids the holders",
     )
     assert all(len(w) <= admission.MAX_WARNING_CHARS for w in decision.warnings)
 
@@ -482,7 +482,7 @@ def test_a_rival_with_an_unparsable_selector_claims_its_stored_addresses() -> No
     decision = check(svc(), snapshot=snap(index(rival)))
     assert decision.warnings == (
         "TCP/80: loses 1 of 3 node addresses (1 node) to Service default/broken (same"
-        " class, claimed first)",
+        " class, publishes it first)",
     )
 
 

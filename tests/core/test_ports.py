@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import itertools
 import random
-from typing import Any
 
 import pytest
 
 from app.core.nodeindex import NodeIndex
-from app.core.nodeipam import candidate_ips, is_managed, owned, select
 from app.core.options import SelectionSettings
 from app.core.ports import (
-    PortIndex,
     PortRange,
     decide,
     parse_port_exceptions,
@@ -25,71 +22,8 @@ from app.core.ports import (
 )
 from app.core.views import PodView, ServiceView, pod_view, service_view
 from tests.core.builders import NOW, node, rfc3339, service_obj
-
-NODES = NodeIndex([node("n1", internal=["10.0.0.1"]), node("n2", internal=["10.0.0.2"])])
-BOTH = ("10.0.0.1", "10.0.0.2")
-
-
-def svc(
-    name: str,
-    *ports: Any,
-    namespace: str = "default",
-    created: float = NOW,
-    ingress: tuple[str, ...] = (),
-    selector: str | None = None,
-    cls: Any = "io.cilium/node",
-    node_ports: tuple[int, ...] = (),
-    health: int | None = None,
-    external_ips: tuple[str, ...] = (),
-    proxy: bool = False,
-) -> ServiceView:
-    """A Service with ``ports`` (``80`` or ``(53, "UDP")``), created at ``created``."""
-    obj = service_obj(
-        name,
-        namespace=namespace,
-        selector=selector,
-        cls=cls,
-        ingress=[{"ip": ip, "ipMode": "Proxy" if proxy else "VIP"} for ip in ingress],
-    )
-    obj["metadata"]["creationTimestamp"] = rfc3339(created)
-    entries = []
-    for i, port in enumerate(ports):
-        number, protocol = port if isinstance(port, tuple) else (port, "TCP")
-        entry: dict[str, Any] = {"port": number, "protocol": protocol}
-        if i < len(node_ports):
-            entry["nodePort"] = node_ports[i]
-        entries.append(entry)
-    obj["spec"]["ports"] = entries
-    if health is not None:
-        obj["spec"]["healthCheckNodePort"] = health
-    if external_ips:
-        obj["spec"]["externalIPs"] = list(external_ips)
-    return service_view(obj)
-
-
-def host_pod(name: str, node_name: str, *ports: int) -> PodView:
-    return pod_view(
-        {
-            "metadata": {"name": name, "namespace": "kube-system"},
-            "spec": {
-                "hostNetwork": True,
-                "nodeName": node_name,
-                "containers": [{"name": "c", "ports": [{"containerPort": p} for p in ports]}],
-            },
-            "status": {"phase": "Running"},
-        }
-    )
-
-
-def index_of(
-    *services: ServiceView, pods: tuple[PodView, ...] = (), settings: SelectionSettings
-) -> PortIndex:
-    index = PortIndex(lambda view: is_managed(view, settings)[0])
-    for s in services:
-        index.put_service(f"{s.namespace}/{s.name}", None, s)
-    for p in pods:
-        index.put_pod(f"{p.namespace}/{p.name}", None, p)
-    return index
+from tests.core.ports_support import BOTH, NODES, host_pod, index_of, svc
+from tests.core.ports_support import owned_on as _owned
 
 
 def kept(
@@ -104,24 +38,6 @@ def kept(
     selection = _owned(target, ports, settings)
     assert selection.ingress is not None
     return tuple(e["ip"] for e in selection.ingress)
-
-
-def _owned(
-    target: ServiceView, ports: PortIndex, settings: SelectionSettings, nodes: NodeIndex = NODES
-) -> Any:
-    """``select`` then port ownership for ``target`` on ``nodes``, as preview runs them."""
-
-    def selection_of(s: ServiceView) -> Any:
-        return select(service=s, nodes=nodes, endpoint_slices=(), settings=settings, now=NOW)
-
-    return owned(
-        selection_of(target),
-        target,
-        ports=ports,
-        candidates_of=lambda s: candidate_ips(selection_of(s), s),
-        node_of=nodes.node_of,
-        settings=settings,
-    )
 
 
 # -- one owner per (address, protocol, port) --------------------------------------------
@@ -176,8 +92,9 @@ def test_an_address_is_kept_only_when_every_port_is_owned() -> None:
     both = svc("both", 80, 443)
     tls = svc("tls", 443, created=NOW + 60)
     assert kept(both, alpha, tls) == ()
-    # "both" still claims 443 where it lost 80 (claims by candidates): tls gets nothing.
-    assert kept(tls, alpha, both) == ()
+    # "both" publishes nowhere (alpha owns 80), so it claims nothing: tls gets 443
+    # (docs/design.md §4.9 rule 3; before, claims were by candidates and tls got nothing).
+    assert kept(tls, alpha, both) == BOTH
 
 
 def test_a_service_blocked_everywhere_claims_nothing() -> None:
@@ -353,7 +270,7 @@ def test_decide_without_ports_or_candidates_changes_nothing() -> None:
         no_ports,
         list(BOTH),
         ports=index_of(settings=settings),
-        candidates_of=lambda s: (),
+        claims_of=lambda s: frozenset(),
         node_of=NODES.node_of,
         policy=settings.ports,
     )

@@ -122,8 +122,8 @@ def test_addresses_lost_to_another_service_are_warned_about(
     cache.add_service(ALPHA)
     expected = [
         "TCP/80: loses 2 of 2 node addresses (2 nodes) to Service team-a/alpha (same"
-        " class, claimed first)",
-        "the Service gets no node address now: another holder has a port of each",
+        " class, publishes it first)",
+        "no node address left: use another port, or a node selector that avoids the holders",
     ]
     first = answer(client, svc("new"))
     assert first["allowed"] is True and first["warnings"] == expected
