@@ -5,8 +5,9 @@ Only what can change a Service's Selection is enqueued ("when in doubt, enqueue"
 - a Service event: that Service (the controller skips the echo of our own status write,
   :meth:`app.controller.reconciler.Reconciler.is_own_write`);
 - an EndpointSlice event: ``namespace/<kubernetes.io/service-name>`` of the old and new
-  slice, when that Service is managed with ``externalTrafficPolicy: Local`` (nothing else
-  reads endpoints; a Service not yet in the cache is enqueued by its own event);
+  slice, when that Service is managed with ``externalTrafficPolicy: Local``, or its backend
+  Pods or target ports changed (port ownership's own-backend rule, docs/design.md §4.9; a
+  Service not yet in the cache is enqueued by its own event);
 - a Node event: nothing when the old and new NodeView are equal (heartbeats touch nothing a
   view holds); otherwise the managed Services whose selector matches the old or new labels
   (an unparsable selector is skipped: its Service is never written), and for eTP=Local only
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from app.controller.cache import Change, ClusterCache, service_key
 from app.core.nodeipam import LOCAL
 from app.core.selector import SelectorError, parse_cached
-from app.core.views import NodeView, ServiceView
+from app.core.views import EndpointSliceView, NodeView, ServiceView
 
 
 def services_for_node_change(
@@ -83,15 +84,31 @@ def _services_selecting(
 def services_for_endpoint_slice_changes(
     *, changes: Iterable[Change], managed: Mapping[str, ServiceView]
 ) -> set[str]:
-    """Keys of the managed eTP=Local Services named by the old or new EndpointSlices of
-    ``changes`` (label ``kubernetes.io/service-name``); ``managed`` maps key → Service."""
-    keys = {
-        service_key(view.namespace, view.service_name)
-        for _, old, new in changes
-        for view in (old, new)
-        if view is not None and view.service_name is not None
-    }
-    return {k for k in keys if k in managed and managed[k].external_traffic_policy == LOCAL}
+    """Keys of the managed Services named by the old or new EndpointSlices of ``changes``
+    (label ``kubernetes.io/service-name``) that the change can alter: eTP=Local ones (their
+    candidates) and any whose backend Pods or target ports changed (port ownership's
+    own-backend rule, docs/design.md §4.9); ``managed`` maps key → Service."""
+    keys: set[str] = set()
+    for _, old, new in changes:
+        # Any managed Service whose own backends changed (they never block it, §4.9).
+        backends_changed = _backends(old) != _backends(new)
+        for view in (old, new):
+            if view is None or view.service_name is None:
+                continue
+            key = service_key(view.namespace, view.service_name)
+            service = managed.get(key)
+            if service is not None and (
+                backends_changed or service.external_traffic_policy == LOCAL
+            ):
+                keys.add(key)
+    return keys
+
+
+def _backends(view: EndpointSliceView | None) -> tuple[object, ...] | None:
+    """What of a slice the own-backend rule of port ownership reads (docs/design.md §4.9)."""
+    if view is None or not view.backends:
+        return None
+    return view.backends, view.target_ports
 
 
 def services_for_node_health(

@@ -9,13 +9,36 @@ import pytest
 
 from app.controller.manager import Controller
 from tests.controller.memory_api import MemoryAPI
-from tests.controller.support import Kubectl, fast_settings
+from tests.controller.support import Kubectl, Start, fast_settings
 from tests.fakeapi.server import FakeApiServer
 
 
 @pytest.fixture
 def memory_api() -> MemoryAPI:
     return MemoryAPI()
+
+
+@pytest.fixture
+def start(memory_api: MemoryAPI) -> Iterator[Start]:
+    """Start Controllers in-process against ``memory_api`` (stopped at teardown)."""
+    controllers: list[Controller] = []
+
+    def _start(identity: str = "pod-a", **overrides: Any) -> Controller:
+        clock = overrides.pop("wall_clock", None)
+        controller = Controller(
+            settings=fast_settings(**overrides),
+            api_client=None,
+            identity=identity,
+            api=memory_api,
+            **({} if clock is None else {"wall_clock": clock}),
+        )
+        controller.start()
+        controllers.append(controller)
+        return controller
+
+    yield _start
+    for controller in controllers:
+        controller.stop(timeout=5)
 
 
 @pytest.fixture

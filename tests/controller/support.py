@@ -227,3 +227,14 @@ class Kubectl:
         response = self.http.delete(self._path(kind, name, ns=ns), params=params)
         assert response.status_code in (200, 202), response.text
         return dict(response.json())
+
+
+Start = Callable[..., Any]
+"""The ``start`` fixture of conftest.py: ``start(identity="pod-a", **settings)`` gives a
+running :class:`~app.controller.manager.Controller`."""
+
+
+def converged(api: Any, key: str, ips: list[str]) -> Callable[[], bool]:
+    """A condition for :func:`wait_until`: Service ``key``'s stored ingress IPs are ``ips``
+    (``api``: a :class:`~tests.controller.memory_api.MemoryAPI`)."""
+    return lambda: (api.ingress(key) or []) == ips

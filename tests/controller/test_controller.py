@@ -7,7 +7,6 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +17,8 @@ from app.telemetry import metrics
 from tests.controller.memory_api import MemoryAPI
 from tests.controller.support import (
     EXCLUDE,
+    Start,
+    converged,
     endpoint_slice,
     fast_settings,
     host_pod,
@@ -26,34 +27,6 @@ from tests.controller.support import (
     service,
     wait_until,
 )
-
-Start = Callable[..., Controller]
-
-
-@pytest.fixture
-def start(memory_api: MemoryAPI) -> Iterator[Start]:
-    controllers: list[Controller] = []
-
-    def _start(identity: str = "pod-a", **overrides: Any) -> Controller:
-        clock = overrides.pop("wall_clock", None)
-        controller = Controller(
-            settings=fast_settings(**overrides),
-            api_client=None,
-            identity=identity,
-            api=memory_api,
-            **({} if clock is None else {"wall_clock": clock}),
-        )
-        controller.start()
-        controllers.append(controller)
-        return controller
-
-    yield _start
-    for controller in controllers:
-        controller.stop(timeout=5)
-
-
-def converged(api: MemoryAPI, key: str, ips: list[str]) -> Callable[[], bool]:
-    return lambda: (api.ingress(key) or []) == ips
 
 
 def test_kind_4node_converges_to_the_expected_ingress(memory_api: MemoryAPI, start: Start) -> None:
@@ -639,18 +612,30 @@ def test_a_host_network_pod_takes_its_port_on_its_node_until_it_goes(
     assert controller.cache.get("pods", "monitoring/exporter") is None
 
 
-def test_pods_off_the_host_network_never_reach_the_cache(
-    memory_api: MemoryAPI, start: Start
+@pytest.mark.parametrize("host_port_pods", [True, False], ids=["host-port-pods", "off"])
+def test_only_pods_that_hold_node_ports_reach_the_cache(
+    memory_api: MemoryAPI, start: Start, host_port_pods: bool
 ) -> None:
-    """The Pod informer lists and watches ``spec.hostNetwork=true`` only (the API server
-    filters; the in-memory API does what kube-apiserver does): a Pod network Pod on the
-    same port blocks nothing and is neither listed nor watched into the cache; a
+    """The Pod informer keeps only the Pods that hold a node port. With ``host-port-pods``
+    (the default) it lists and watches every Pod, and a ``hostPort`` Pod keeps a Service
+    on that port off its node's address; off, it asks the API server for
+    ``spec.hostNetwork=true`` only (the in-memory API filters as kube-apiserver does), so
+    the hostPort Pod is never seen and the Service takes its port. Either way a Pod
+    network Pod on the same port blocks nothing and is neither cached nor indexed, and a
     host-network Pod without a containerPort holds nothing and is not kept either."""
     memory_api.apply("nodes", node("n1", internal=["10.0.0.1"]))
+    memory_api.apply("nodes", node("n2", internal=["10.0.0.2"]))
     memory_api.apply("pods", host_pod("web-0", node_name="n1", port=9100, host=False))
+    ingress = host_pod("ingress", node_name="n1", port=8443, host=False)
+    ingress["spec"]["containers"][0]["ports"][0]["hostPort"] = 8443
+    memory_api.apply("pods", ingress)
     memory_api.apply("services", service("metrics", port=9100))
-    controller = start(leader_elect=False)
-    wait_until(converged(memory_api, "default/metrics", ["10.0.0.1"]), what="published")
+    memory_api.apply("services", service("secure", port=8443))
+    controller = start(leader_elect=False, host_port_pods=host_port_pods)
+    both = ["10.0.0.1", "10.0.0.2"]
+    wait_until(converged(memory_api, "default/metrics", both), what="published")
+    secure = both if not host_port_pods else ["10.0.0.2"]
+    wait_until(converged(memory_api, "default/secure", secure), what="secure")
     memory_api.apply("pods", host_pod("web-1", node_name="n1", port=9100, host=False))
     portless = host_pod("agent", node_name="n1", port=9100)
     portless["spec"]["containers"][0]["ports"] = []
@@ -658,7 +643,10 @@ def test_pods_off_the_host_network_never_reach_the_cache(
     memory_api.apply("pods", host_pod("marker", node_name="n9", port=1))
     wait_until(lambda: controller.cache.get("pods", "monitoring/marker"), what="marker watched")
     pods = controller.cache._stores["pods"]
-    assert list(pods) == ["monitoring/marker"], pods
-    assert memory_api.ingress("default/metrics") == ["10.0.0.1"]
-    page = memory_api.list_page("pods", limit=10, continue_token=None)
-    assert [p["metadata"]["name"] for p in page["items"]] == ["agent", "marker"]
+    kept = ["monitoring/ingress", "monitoring/marker"] if host_port_pods else ["monitoring/marker"]
+    assert sorted(pods) == kept, pods
+    assert memory_api.ingress("default/metrics") == both
+    assert controller.cache.pods(("TCP", 9100)) == []
+    selector = None if host_port_pods else "spec.hostNetwork=true"
+    assert set(memory_api.field_selectors["list pods"]) == {selector}
+    assert set(memory_api.field_selectors["watch pods"]) == {selector}

@@ -107,3 +107,16 @@ def test_endpoint_slice_changes_enqueue_only_managed_local_services() -> None:
     assert services_for_endpoint_slice_changes(changes=changes, managed=managed) == {
         "default/local"
     }
+
+
+def test_a_slice_change_of_its_own_backends_enqueues_any_managed_service() -> None:
+    """Port ownership's own-backend rule (docs/design.md §4.9) reads every managed Service's
+    backend Pods: a change of them enqueues the Service, whatever its traffic policy."""
+    managed = {"default/all": service_view(service("all"))}
+    before = endpoint_slice("all", nodes=["n1"])
+    after = endpoint_slice("all", nodes=["n1"])
+    after["endpoints"][0]["targetRef"] = {"kind": "Pod", "name": "edge-1"}
+    changes = [("s", endpoint_slice_view(before), endpoint_slice_view(after))]
+    assert services_for_endpoint_slice_changes(changes=changes, managed=managed) == {"default/all"}
+    same = [("s", endpoint_slice_view(after), endpoint_slice_view(after))]
+    assert services_for_endpoint_slice_changes(changes=same, managed=managed) == set()
