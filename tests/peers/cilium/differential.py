@@ -57,7 +57,9 @@ RULES = {
     ),
     "port-ownership": (
         "docs/design.md §4.8, §4.9: an address is published for one owner of each"
-        " (address, protocol, port), never on a reserved node port (Cilium has no port rule)"
+        " (address, protocol, port), taken per address in rank order (a Service that loses"
+        " an address claims nothing there), never on a reserved node port (Cilium has no"
+        " port rule)"
     ),
 }
 """The §4.8 differences visible in ``status.loadBalancer.ingress``; the others (the
@@ -143,9 +145,10 @@ def port_ownership_losses(
     candidate addresses it may not publish}``.
 
     Covered: a reserved node port (the default setting) or another Service's node port
-    blocks every address and claims nothing; otherwise the owner of (address, protocol,
-    port) is the claimant of lowest (address not stored, ``creationTimestamp``, name), and
-    a Service keeps an address only where it owns every port (claims by candidates). Not
+    blocks every address and claims nothing; otherwise, per address, the claimants are
+    taken in order of (address not stored, ``creationTimestamp``, name) and each publishes
+    it unless one taken before it that publishes it has one of its ports (rank order: a
+    Service that loses an address claims nothing there). Not
     covered (the generator draws none): ``allowed-namespaces``, exceptions, other classes'
     ingress, ``spec.externalIPs``, host-network Pods, other namespaces' ports."""
     by_name = {s["metadata"]["name"]: s for s in services}
@@ -156,29 +159,32 @@ def port_ownership_losses(
         taken = set().union(*(ports for other, ports in node_ports.items() if other != name))
         if any(port in RESERVED_NODE_PORTS or port in taken for _, port in _ports(by_name[name])):
             blocked.add(name)
-    claimants: dict[tuple[str, str, int], list[str]] = {}
+    lost: dict[str, set[str]] = {
+        name: set(ips) if name in blocked else set() for name, ips in candidates.items()
+    }
+    claimants: dict[str, list[str]] = {}
     for name, ips in candidates.items():
         if name not in blocked:
             for ip in ips:
-                for protocol, port in _ports(by_name[name]):
-                    claimants.setdefault((ip, protocol, port), []).append(name)
-
-    def owner(ip: str, protocol: str, port: int) -> str:
-        return min(
-            claimants[ip, protocol, port],
+                claimants.setdefault(ip, []).append(name)
+    for ip, names in claimants.items():
+        # One pass per address in rank order: a Service publishes the address unless a
+        # Service before it that publishes it has one of its ports (rules 2 and 3).
+        taken: set[tuple[str, int]] = set()
+        for name in sorted(
+            names,
             key=lambda n: (
                 ip not in stored.get(n, ()),
                 by_name[n]["metadata"]["creationTimestamp"],  # RFC 3339, UTC: sorts as text
                 n,
             ),
-        )
-
-    return {
-        name: set(ips)
-        if name in blocked
-        else {ip for ip in ips if any(owner(ip, *pp) != name for pp in _ports(by_name[name]))}
-        for name, ips in candidates.items()
-    }
+        ):
+            ports = set(_ports(by_name[name]))
+            if ports & taken:
+                lost[name].add(ip)
+            else:
+                taken |= ports
+    return lost
 
 
 @dataclasses.dataclass

@@ -258,6 +258,15 @@ def test_the_oracle_follows_the_rule_text() -> None:
     stored = {"a": [one]}
     lost = port_ownership_losses(held, candidates, stored)
     assert lost["a"] == set() and lost["b"] == {one}
+    # Rank order: y loses 10.0.0.1 to x (TCP/80), so it claims nothing there and z, the
+    # newest, gets TCP/81 (claims by candidates gave z nothing).
+    chain = [_svc("x", t0, ("TCP", 80)), _svc("y", t1, ("TCP", 80), ("TCP", 81)),
+             _svc("z", t2, ("TCP", 81))]  # fmt: skip
+    assert port_ownership_losses(chain, {n: [one] for n in "xyz"}) == {
+        "x": set(),
+        "y": {one},
+        "z": set(),
+    }
 
 
 # -- each §4.8 rule side by side on the real servers --------------------------------------
