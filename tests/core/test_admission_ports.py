@@ -21,7 +21,7 @@ from app.core.nodeipam import is_managed
 from app.core.options import SelectionSettings
 from app.core.ports import PortIndex
 from app.core.selection_memo import NotMemoised, SelectionMemo
-from app.core.views import PodView, pod_view, service_view
+from app.core.views import PodView, endpoint_slice_view, pod_view, service_view
 from tests.core.admission.builders import node, review
 
 OURS = "io.cilium/node"
@@ -612,3 +612,81 @@ def test_any_ports_json_is_decided_or_rejected(
         return
     assert all(len(w) <= admission.MAX_WARNING_CHARS for w in decision.warnings)
     assert decision.allowed or (decision.message or "").startswith(("spec.ports[", "[spec.ports["))
+
+
+# -- who serves a node port: per-port incumbency, hostPort Pods, own backends (§4.9) ------
+
+
+NODE_ONE = "10.0.0.1"
+
+
+def _published_for(obj: dict[str, Any], ports: list[int]) -> dict[str, Any]:
+    """``obj`` with its stored ingress recording ``ports`` (what the controller writes)."""
+    for entry in obj["status"]["loadBalancer"]["ingress"]:
+        entry["ports"] = [{"port": p, "protocol": "TCP"} for p in ports]
+    return obj
+
+
+def test_adding_a_port_another_service_publishes_is_warned_naming_it() -> None:
+    everywhere = ("10.0.0.1", "10.0.0.2", "10.0.0.3")
+    older, newer = "2026-01-01T00:00:00Z", "2026-06-01T00:00:00Z"
+    y = svc("y", namespace="team-b", ports=((8094, "TCP"),), ingress=everywhere, created=newer)
+    y = _published_for(y, [8094])
+    before = svc("x", namespace="team-a", ports=((8093, "TCP"),), ingress=everywhere,
+                 created=older)  # fmt: skip
+    before = _published_for(before, [8093])
+    after = copy.deepcopy(before)
+    after["spec"]["ports"].append({"port": 8094, "protocol": "TCP"})
+    decision = check(after, old=before, snapshot=snap(index(y, before)))
+    assert decision.allowed
+    assert decision.warnings[0].startswith(
+        "TCP/8094: loses 3 of 3 node addresses (3 nodes) to Service team-b/y"
+    ), decision.warnings
+
+
+def _pod(host_network: bool, namespace: str = "edge") -> Any:
+    port: dict[str, Any] = {"containerPort": 8095}
+    if not host_network:
+        port["hostPort"] = 8095
+    return pod_view(
+        {
+            "metadata": {"name": "edge-1", "namespace": namespace},
+            "spec": {
+                "hostNetwork": host_network,
+                "nodeName": "n1",
+                "containers": [{"name": "c", "ports": [port]}],
+            },
+            "status": {"phase": "Running"},
+        }
+    )
+
+
+def test_a_host_port_pod_is_named_as_such() -> None:
+    decision = check(
+        svc("thief", namespace="team-b", ports=((8095, "TCP"),)),
+        snapshot=snap(index(pods=(_pod(False, "team-a"),))),
+    )
+    assert any("hostPort Pod team-a/edge-1" in w for w in decision.warnings), decision.warnings
+
+
+def test_a_services_own_host_network_backend_draws_no_warning() -> None:
+    edge = svc("edge", namespace="edge", ports=((8095, "TCP"),))
+    lookup = index(pods=(_pod(True),))
+    own = endpoint_slice_view(
+        {
+            "metadata": {
+                "name": "edge-abcde",
+                "namespace": "edge",
+                "labels": {"kubernetes.io/service-name": "edge"},
+            },
+            "endpoints": [
+                {"addresses": [NODE_ONE], "nodeName": "n1",
+                 "targetRef": {"kind": "Pod", "name": "edge-1", "namespace": "edge"}}
+            ],
+            "ports": [{"port": 8095, "protocol": "TCP"}],
+        }
+    )  # fmt: skip
+    assert check(edge, snapshot=snap(lookup)).warnings  # without its slice: warned
+    lookup.put_slice("edge/edge-abcde", None, own)
+    decision = check(edge, snapshot=snap(lookup))
+    assert decision.allowed and decision.warnings == (), decision.warnings
