@@ -14,22 +14,25 @@ from API state alone, which of a Service's candidate addresses (what
    allocated ``nodePort`` or ``healthCheckNodePort`` (open on every node address; every
    address); an address held for that protocol and port by a Service that is not ours
    (its stored ingress, ``ipMode`` VIP or unset) or named in any other Service's
-   ``spec.externalIPs``; an address of a node where a ``hostNetwork: true`` Pod declares
-   that ``containerPort``.
-2. **Competition between our Services** (:func:`decide`): for each (address, protocol,
-   port) the claimants are the managed Services that have the port and the address among
-   their candidates after tier 1. The owner is the claimant of lowest rank
-   ``(address not in its stored ingress, creationTimestamp, namespace, name)``: a Service
-   whose stored ingress already holds the address keeps it against newcomers, then the
-   older one, then by name. A Service keeps an address only when it owns it for every one
-   of its ports.
+   ``spec.externalIPs``; an address of a node where a Pod holds that port (a
+   ``hostNetwork: true`` Pod's ``containerPort``, another Pod's ``hostPort``), unless the
+   Pod is the Service's own backend serving that very port (:func:`_backend_serves`).
+2. **Competition between our Services** (:func:`decide`): per address, the claimants (the
+   managed Services that have it among their candidates after tier 1) are taken in rank
+   order, lowest :func:`rank` ``(not incumbent, creationTimestamp, namespace, name)``
+   first, and each publishes the address unless a claimant taken before it that publishes
+   it shares one of its ports. Incumbent is per port: the stored ingress records the
+   address with every current port of the Service (``ports``, core/v1 ``PortStatus``,
+   which we write: :func:`with_port_status`), so an older Service that adds a younger
+   one's port does not take it. A Service keeps an address only when it owns it for every
+   one of its ports.
+3. A claimant that loses an address claims nothing there (a Service that publishes
+   nowhere holds no port). The rank order reads API state only, so the outcome cannot
+   depend on the order in which Services are reconciled.
 
-Claims are by candidates: a Service that loses an address to another of ours for one port
-still claims it for its other ports (it does not publish it, so that port stays unused),
-so every decision reads only the claimants' candidates, never their decisions, and the
-outcome cannot depend on the order in which Services are reconciled. Conflicts are by
-protocol and port number, as kube-proxy matches them (``TCP/53`` and ``UDP/53`` never
-conflict); Cilium's own datapath conflicts on the number alone (docs/design.md §4.9).
+Conflicts are by protocol and port number, as kube-proxy matches them (``TCP/53`` and
+``UDP/53`` never conflict); Cilium's own datapath conflicts on the number alone
+(docs/design.md §4.9).
 """
 
 from __future__ import annotations
