@@ -1,6 +1,7 @@
 """``python -m tests.cluster up --nodes N --kubeconfig PATH`` / ``build``.
 
-``up`` brings a real cluster up in network namespaces (README.md here), writes the admin
+``up`` brings a real cluster up in network namespaces (README.md here; kube-proxy in
+``--proxy-mode`` iptables, the default, or nftables), writes the admin
 kubeconfig to PATH (it works from this namespace: kubectl, helm), prints ``ready <url>``
 and ``client-netns <name>`` once every node is Ready, runs until SIGTERM/SIGINT, then
 removes everything it made. ``build`` builds (or finds cached) the binaries and images.
@@ -15,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.cluster import PROXY_MODES
 from tests.controlplane.__main__ import _on_signal, _Stop
 from tests.controlplane.__main__ import cmd_build as cmd_controlplane_build
 
@@ -45,12 +47,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     code = 0
     try:
         started = time.monotonic()
-        cluster = Cluster(args.nodes, keep_logs=args.keep_logs)
+        cluster = Cluster(args.nodes, keep_logs=args.keep_logs, proxy_mode=args.proxy_mode)
         cluster.start()
         shutil.copyfile(cluster.kubeconfig_path, args.kubeconfig)
         Path(args.kubeconfig).chmod(0o600)
         print(
-            f"cluster: {args.nodes} nodes Ready in {time.monotonic() - started:.1f} s; "
+            f"cluster: {args.nodes} nodes Ready in {time.monotonic() - started:.1f} s "
+            f"(kube-proxy in {args.proxy_mode} mode); "
             f"kubeconfig {args.kubeconfig}; logs {cluster.log_dir}",
             file=sys.stderr,
         )
@@ -136,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--nodes", type=node_count, default=2, help="number of nodes (1-9)")
     p_up.add_argument("--kubeconfig", required=True, help="where to write the admin kubeconfig")
     p_up.add_argument("--keep-logs", type=Path, help="copy the logs here when stopping")
+    p_up.add_argument(
+        "--proxy-mode",
+        choices=PROXY_MODES,
+        default="iptables",
+        help="kube-proxy's mode on every node and the control plane (default: iptables)",
+    )
     p_up.set_defaults(func=cmd_up)
     p_purge = sub.add_parser("purge", help="remove what SIGKILLed clusters left behind")
     p_purge.add_argument("--dry-run", action="store_true", help="only list them")

@@ -7,13 +7,16 @@
   ``.1`` and its connected route (nothing else is added there);
 - ``<id>-cp``: etcd, kube-apiserver (``https://<seg>.2:6443``), kube-controller-manager,
   kube-scheduler and a kube-proxy (so kube-apiserver reaches webhooks through their
-  Service's ClusterIP, as on a kubeadm control-plane node), routes to every pod CIDR;
+  Service's ClusterIP, as on a kubeadm control-plane node; its mode stated, as kubeadm
+  does, in the ConfigMap ``kube-system/kube-proxy``, key ``config.conf``), routes to every
+  pod CIDR;
   CoreDNS on ``<seg>.2:53``, the cluster DNS (the ``kube-dns`` Service ``10.96.0.10``,
   selectorless, whose EndpointSlice points at it; every kubelet's ``clusterDNS``), also
   answering ``<service>.<namespace>.lb.example.org`` with a Service's load-balancer
   ingress IPs (``k8s_external``);
-- ``<id>-node-<i>``: containerd + runc, kubelet, kube-proxy (iptables mode), the
-  bridge + host-local CNI plugins on the pod CIDRs kube-controller-manager allocated
+- ``<id>-node-<i>``: containerd + runc, kubelet, kube-proxy (``proxy_mode``: iptables,
+  the default, or nftables), the bridge + host-local CNI plugins chained with portmap
+  (``hostPort``) on the pod CIDRs kube-controller-manager allocated
   (``10.244.<n>.0/24`` and ``fd00:10:244:<n>::/64``), routes to the other nodes' pod
   CIDRs; addresses ``<seg>.1<i>`` and ``<seg6>::1<i>``; the last node also has the
   ExternalIPs ``<seg>.20<i>``/``<seg6>::20<i>`` (as a cloud-controller-manager would
@@ -45,6 +48,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.cluster import PROXY_MODES
 from tests.cluster.images import Images, build_images
 from tests.controlplane.build import Binaries, build, cache_root
 from tests.controlplane.plane import ControlPlane, _Server, _tail
@@ -53,6 +57,7 @@ PREFIX = "nilb"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 NETNS_DIR = Path("/run/netns")
 CNI_BIN = Path("/usr/lib/cni")
+CNI_PLUGINS = ("bridge", "host-local", "portmap")  # the chain every node's CNI config runs
 CNI_CACHE = Path("/var/lib/cni/results")
 CONTAINER_LOGS = Path("/var/log/containers")
 SHIM_SOCKETS = Path("/run/containerd/s")
@@ -163,8 +168,9 @@ class Cluster:
     (``(<seg>.2, 53)``, CoreDNS, reachable from the client namespace), ``dns_service_ip``
     (the ``kube-dns`` ClusterIP Pods use), ``cluster_domain``, ``external_zone`` and
     ``external_ttl`` (``<service>.<namespace>.<external_zone>`` answers a Service's
-    ingress IPs: :meth:`external_name`). Raises :class:`ClusterError` when a step fails
-    (everything made so far is removed first).
+    ingress IPs: :meth:`external_name`); ``proxy_mode`` (every kube-proxy's ``mode``,
+    :data:`PROXY_MODES`; also in the ConfigMap ``kube-system/kube-proxy``). Raises
+    :class:`ClusterError` when a step fails (everything made so far is removed first).
     """
 
     def __init__(
@@ -176,10 +182,14 @@ class Cluster:
         node_monitor_grace_period: str = "10s",
         ready_timeout: float = 150.0,
         keep_logs: Path | None = None,
+        proxy_mode: str = "iptables",
     ) -> None:
         if not 1 <= nodes <= 9:
             raise ValueError(f"nodes: {nodes} is outside 1..9")
+        if proxy_mode not in PROXY_MODES:
+            raise ValueError(f"proxy_mode: {proxy_mode!r} is not one of {PROXY_MODES}")
         self.node_count = nodes
+        self.proxy_mode = proxy_mode
         self.binaries = binaries
         self.images = images
         self.node_monitor_grace_period = node_monitor_grace_period
@@ -442,6 +452,8 @@ class Cluster:
                         "dataDir": str(node.dir / "cni-ipam"),
                     },
                 },
+                # hostPort (containerd passes the Pod's port mappings): what kind chains.
+                {"type": "portmap", "capabilities": {"portMappings": True}},
             ],
         }
         conf_dir = node.dir / "cni" / "net.d"
@@ -502,6 +514,12 @@ class Cluster:
                    f"--authentication-kubeconfig={sched}", f"--authorization-kubeconfig={sched}",
                    "--leader-elect=false", "--bind-address=127.0.0.1"),
         )  # fmt: skip
+        self._create("/api/v1/namespaces/kube-system/configmaps", {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kube-proxy", "namespace": "kube-system",
+                         "labels": {"app": "kube-proxy"}},
+            "data": {"config.conf": kube_proxy_config_conf(self.proxy_mode)},
+        })  # fmt: skip
         self._start_kube_proxy(cp, self.workdir / "cp", "control-plane", binaries, self._servers)
         self._start_cluster_dns(binaries)
 
@@ -620,7 +638,7 @@ class Cluster:
             "bindAddress": member.ipv4,
             "healthzBindAddress": "0.0.0.0:10256",
             "metricsBindAddress": "127.0.0.1:10249",
-            "mode": "iptables",
+            "mode": self.proxy_mode,
             "clusterCIDR": ",".join(POD_CIDRS),
             # No sysctl outside this network namespace: nf_conntrack_max and the
             # hashsize are the machine's (maxPerCore/min 0: leave them); the timeouts
@@ -978,6 +996,19 @@ def corefile_text(address: str, kubeconfig: Path, domain: str, zone: str, ttl: i
 """
 
 
+def kube_proxy_config_conf(mode: str) -> str:
+    """``config.conf`` of the ConfigMap ``kube-system/kube-proxy``: where kubeadm states
+    the ``KubeProxyConfiguration`` every kube-proxy runs (and node-ipam-lb reads its
+    ``mode``, docs/design.md §4.10). Here only what all of ours share: each kube-proxy
+    runs a file of its own (its kubeconfig, hostname and bind address differ)."""
+    return (
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"
+        "kind: KubeProxyConfiguration\n"
+        f"mode: {mode}\n"
+        f"clusterCIDR: {','.join(POD_CIDRS)}\n"
+    )
+
+
 def _http_200(host: str, port: int, path: str) -> bool:
     """Whether ``GET http://host:port/path`` answers 200 within a second."""
     conn = http.client.HTTPConnection(host, port, timeout=1.0)
@@ -1152,10 +1183,13 @@ def missing_prerequisites() -> str | None:
     :func:`tests.controlplane.build.find_binaries`, :func:`tests.cluster.images.find_images`."""
     if os.geteuid() != 0:
         return "needs root (network namespaces, mounts, cgroups)"
-    tools = ("containerd", "runc", "ctr", "nsenter", "unshare", "ip", "iptables-restore")
+    tools = ("containerd", "runc", "ctr", "nsenter", "unshare", "ip", "iptables-restore", "nft")
     missing = [tool for tool in tools if shutil.which(tool) is None]
-    if not (CNI_BIN / "bridge").exists():
-        missing.append(f"{CNI_BIN}/bridge (containernetworking-plugins)")
+    missing += [
+        f"{CNI_BIN}/{plugin} (containernetworking-plugins)"
+        for plugin in CNI_PLUGINS
+        if not (CNI_BIN / plugin).exists()
+    ]
     if missing:
         return "missing: " + ", ".join(missing) + " (.ci/run installs them with apt-get)"
     return None

@@ -1,6 +1,11 @@
 """The module fixture ``cluster``: one real cluster (README.md here) for the tests of a
 module, brought up once and removed (nothing left, asserted) after its last test.
 
+kube-proxy's mode is the module fixture ``proxy_mode``'s: ``$NODE_IPAM_CLUSTER_PROXY_MODE``
+or ``iptables``. A module that overrides it with a parametrised fixture
+(``params=PROXY_MODES``) gets one cluster per mode, one after the other (pytest groups a
+module-scoped parameter's tests), and its tests run once in each.
+
 Its tests are marked ``controlplane`` (through ``control_plane_binaries``) and
 ``cluster``. The images are built after collection (outside every test's timeout) when
 they are not cached; the first test that sets up the cluster, and the first that sets
@@ -16,6 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.cluster import PROXY_MODES
 from tests.cluster.cluster import Cluster, leftovers, missing_prerequisites, purge_abandoned
 from tests.cluster.images import Images, build_images, find_images
 from tests.controlplane.build import Binaries, ControlPlaneUnavailable
@@ -28,6 +34,7 @@ NODES = 3
 # (~15-50 s) run in the setup of the first test that needs each.
 FIRST_TEST_TIMEOUT = 300
 LONG_FIXTURES = (FIXTURE, "release")
+PROXY_MODE_ENV = "NODE_IPAM_CLUSTER_PROXY_MODE"
 _IMAGES_ERROR = pytest.StashKey[str]()
 
 
@@ -36,14 +43,17 @@ def _uses_cluster(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the cluster's tests ``cluster``; give the first test of each module that sets
-    up one of the long fixtures (the module's cluster, the Helm release on it) the time
-    that setup takes."""
+    """Mark the cluster's tests ``cluster``; give the first test of each module (of each
+    ``proxy_mode`` where the module runs several) that sets up one of the long fixtures
+    (the module's cluster, the Helm release on it) the time that setup takes."""
     pending: dict[object, set[str]] = {}
     for item in items:
         if _uses_cluster(item):
             item.add_marker(pytest.mark.cluster)
-            module = pending.setdefault(getattr(item, "module", None), set(LONG_FIXTURES))
+            callspec = getattr(item, "callspec", None)
+            mode = callspec.params.get("proxy_mode") if callspec is not None else None
+            key = (getattr(item, "module", None), mode)
+            module = pending.setdefault(key, set(LONG_FIXTURES))
             names = set(getattr(item, "fixturenames", ())) & module
             if names:
                 item.add_marker(pytest.mark.timeout(FIRST_TEST_TIMEOUT))
@@ -102,12 +112,29 @@ def cluster_prerequisites() -> None:
 
 
 @pytest.fixture(scope="module")
+def proxy_mode() -> str:
+    """kube-proxy's mode for the module's cluster: ``$NODE_IPAM_CLUSTER_PROXY_MODE`` (one
+    of ``PROXY_MODES``) or ``iptables``. Override it in a module (``params=PROXY_MODES``)
+    to run that module's tests in every mode."""
+    mode = os.environ.get(PROXY_MODE_ENV, "iptables")
+    if mode not in PROXY_MODES:
+        pytest.fail(f"{PROXY_MODE_ENV}={mode!r} is not one of {PROXY_MODES}", pytrace=False)
+    return mode
+
+
+@pytest.fixture(scope="module")
 def cluster(
-    control_plane_binaries: Binaries, cluster_images: Images, cluster_prerequisites: None
+    control_plane_binaries: Binaries,
+    cluster_images: Images,
+    cluster_prerequisites: None,
+    proxy_mode: str,
 ) -> Iterator[Cluster]:
-    """A :class:`~tests.cluster.cluster.Cluster` of ``NODES`` nodes for one test module;
-    after it is stopped, nothing of it may be left (:func:`leftovers`)."""
-    running = Cluster(NODES, binaries=control_plane_binaries, images=cluster_images)
+    """A :class:`~tests.cluster.cluster.Cluster` of ``NODES`` nodes for one test module
+    (kube-proxy in ``proxy_mode``); after it is stopped, nothing of it may be left
+    (:func:`leftovers`)."""
+    running = Cluster(
+        NODES, binaries=control_plane_binaries, images=cluster_images, proxy_mode=proxy_mode
+    )
     with running:
         yield running
     assert leftovers(running.id, running.workdir) == []

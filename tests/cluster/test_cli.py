@@ -35,6 +35,18 @@ def test_up_refuses_a_kubeconfig_in_a_missing_directory(
     assert f"--kubeconfig {missing}: its directory does not exist" in capsys.readouterr().err
 
 
+def test_up_refuses_a_proxy_mode_it_cannot_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """iptables and nftables only: ipvs needs IPVS, which this machine's kernel lacks."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["up", "--proxy-mode", "ipvs", "--kubeconfig", str(tmp_path / "kubeconfig")])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --proxy-mode: invalid choice: 'ipvs'" in err, err
+    assert "'iptables', 'nftables'" in err, err
+
+
 def test_purge_dry_run_lists_what_an_abandoned_cluster_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,21 +18,22 @@ import pytest
 
 from tests.cluster import test_cluster_live as live
 from tests.cluster.cluster import Cluster, Node
+from tests.cluster.helpers import APP, figure, kubectl, kubectl_json, wait_for
 from tests.cluster.test_cluster_live import (
-    APP,
     INTERNAL_NODES,
     SERVICES,
-    figure,
-    http_get,
-    in_netns,
     ingress_ips,
-    kubectl,
-    kubectl_json,
     node_by_address,
     select_nodes,
-    wait_for,
 )
-from tests.cluster.traffic import DnsProber, ResolveError, parse_answer, resolve
+from tests.cluster.traffic import (
+    DnsProber,
+    ResolveError,
+    http_get,
+    in_netns,
+    parse_answer,
+    resolve,
+)
 
 # test_cluster_live.py's module fixtures, set up again on this module's cluster: the
 # backend Deployment with the three Services, then the Helm release publishing them.

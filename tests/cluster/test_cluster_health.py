@@ -41,19 +41,9 @@ import pytest
 from tests.cluster import test_cluster_live as live
 from tests.cluster.cluster import Cluster, Node
 from tests.cluster.faults import cut_network, isolate_pod_port, stopped_kube_proxy
-from tests.cluster.test_cluster_live import (
-    APP,
-    NAMESPACE,
-    figure,
-    helm_upgrade,
-    in_netns,
-    ingress_ips,
-    kubectl,
-    kubectl_json,
-    lease_holder,
-    wait_for,
-)
-from tests.cluster.traffic import DnsProber, resolve
+from tests.cluster.helpers import APP, NAMESPACE, figure, kubectl, kubectl_json, wait_for
+from tests.cluster.test_cluster_live import helm_upgrade, ingress_ips, lease_holder
+from tests.cluster.traffic import DnsProber, in_netns, resolve
 
 backend = live.backend
 release = live.release

@@ -12,31 +12,53 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
-import http.client
 import json
 import os
 import signal
 import subprocess
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cluster.cluster import Cluster, Node
+from tests.cluster.helpers import (
+    APP,
+    NAMESPACE,
+    SELECTOR,
+    all_from,
+    answers,
+    apply,
+    ask,
+    backend_manifest,
+    backend_pods,
+    by_whom,
+    external_ip_column,
+    figure,
+    helm_install,
+    ingress_of,
+    kubectl,
+    kubectl_json,
+    namespaces,
+    our_service,
+    pod_ready,
+    port_in_use,
+    requests_to,
+    rolled_out,
+    run_helm,
+    service_manifest,
+    team_backend,
+    wait_for,
+)
 from tests.cluster.images import BACKEND_IMAGE, product_ref
-from tests.cluster.traffic import Prober, http_get, in_netns, parse_answer
+from tests.cluster.traffic import Prober
 from tests.controlplane.plane import KubectlError
-from tests.deploy.helmchart import CHART, RELEASE, environment, run
+from tests.deploy.helmchart import CHART, RELEASE, environment
 from tests.deploy.readme import code_blocks, section
 from tests.deploy.render import ROOT
 
-NAMESPACE = "node-ipam-lb"
-APP = "traffic"
-CLASS = "io.cilium/node"
-SELECTOR = "io.cilium.nodeipam/match-node-labels"
 INTERNAL_NODES = "kubernetes.io/hostname in (node-1,node-2)"
 # Service name -> (port, externalTrafficPolicy, node selector annotation or None)
 SERVICES: dict[str, tuple[int, str, str | None]] = {
@@ -44,7 +66,6 @@ SERVICES: dict[str, tuple[int, str, str | None]] = {
     "web-internal": (8081, "Cluster", INTERNAL_NODES),
     "web-local": (8082, "Local", INTERNAL_NODES),
 }
-FIGURES: dict[str, Any] = {}
 # Tests that roll the release (a helm upgrade replaces both Pods one by one, 20-40 s each
 # on a loaded 2-core machine) get more than the suite's 120 s.
 ROLLING_TIMEOUT = 240
@@ -53,43 +74,6 @@ MALFORMED = "role in (edge"
 # kubectl's error for a malformed selector applied with --dry-run=server at once after an
 # install returned (None: admitted), by how it was installed (issue 31, "Ready means in force").
 AT_ONCE: dict[str, str | None] = {}
-
-
-def figure(name: str, value: Any) -> None:
-    """Record and print a measured figure (collected in ``FIGURES``)."""
-    FIGURES[name] = value
-    print(f"\nmeasured: {name} = {value}")
-
-
-def wait_for(
-    what: str, check: Callable[[], Any], *, timeout: float = 90, interval: float = 0.5
-) -> Any:
-    """Poll ``check()`` until it returns something truthy; return it. Fails the test with
-    ``what`` and the last value after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
-
-
-def kubectl_json(cluster: Cluster, *args: str) -> Any:
-    assert cluster.plane is not None
-    return json.loads(cluster.plane.kubectl(*args, "-o", "json").stdout)
-
-
-def kubectl(cluster: Cluster, *args: str, **kwargs: Any) -> str:
-    assert cluster.plane is not None
-    return cluster.plane.kubectl(*args, **kwargs).stdout
-
-
-def run_helm(helm_binary: Path, cluster: Cluster, *args: str) -> str:
-    result = run(helm_binary, *args, kubeconfig=cluster.kubeconfig_path, timeout=150)
-    assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
-    return result.stdout
 
 
 def ingress(cluster: Cluster, name: str) -> list[dict[str, str]]:
@@ -108,99 +92,6 @@ def node_by_address(cluster: Cluster) -> dict[str, Node]:
             if ip:
                 found[ip] = node
     return found
-
-
-def ask(cluster: Cluster, ip: str, port: int) -> dict[str, str]:
-    """One GET from the client namespace; the backend's answer as a dict."""
-    return parse_answer(in_netns(cluster.client_netns, lambda: http_get(ip, port)))
-
-
-def answers(cluster: Cluster, ip: str, port: int) -> dict[str, str] | None:
-    """The answer, or ``None`` when the request failed."""
-    try:
-        return ask(cluster, ip, port)
-    except (OSError, RuntimeError):
-        return None
-
-
-def backend_manifest(replicas: int, version: str) -> dict[str, Any]:
-    env = [
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "VERSION", "value": version},
-        {"name": "SHUTDOWN_DELAY", "value": "5s"},
-    ]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "backend", "namespace": APP},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": "backend"}},
-            "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {
-                "metadata": {"labels": {"app": "backend"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 20,
-                    "topologySpreadConstraints": [
-                        {
-                            "maxSkew": 1,
-                            "topologyKey": "kubernetes.io/hostname",
-                            "whenUnsatisfiable": "DoNotSchedule",
-                            "labelSelector": {"matchLabels": {"app": "backend"}},
-                        }
-                    ],
-                    "containers": [
-                        {
-                            "name": "backend",
-                            "image": BACKEND_IMAGE,
-                            "imagePullPolicy": "Never",
-                            "env": env,
-                            "ports": [{"containerPort": 8080, "name": "http"}],
-                            "readinessProbe": {
-                                "httpGet": {"path": "/healthz", "port": 8080},
-                                "periodSeconds": 1,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "runAsNonRoot": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
-
-
-def service_manifest(name: str, port: int, policy: str, selector: str | None) -> dict[str, Any]:
-    annotations = {SELECTOR: selector} if selector is not None else {}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": APP, "annotations": annotations},
-        "spec": {
-            "type": "LoadBalancer",
-            "loadBalancerClass": CLASS,
-            "externalTrafficPolicy": policy,
-            "ipFamilyPolicy": "RequireDualStack",
-            "ipFamilies": ["IPv4", "IPv6"],
-            "selector": {"app": "backend"},
-            "ports": [{"port": port, "targetPort": 8080, "name": "http"}],
-        },
-    }
-
-
-def apply(cluster: Cluster, *objects: dict[str, Any]) -> None:
-    kubectl(
-        cluster,
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps({"kind": "List", "apiVersion": "v1", "items": list(objects)}),
-    )
 
 
 def every_address_answers(cluster: Cluster) -> dict[str, list[str]] | None:
@@ -234,19 +125,6 @@ def until_denied(cluster: Cluster, manifest: dict[str, Any], *, timeout: float) 
     return message, admitted
 
 
-def rolled_out(cluster: Cluster, namespace: str, deployment: str) -> None:
-    kubectl(
-        cluster,
-        "-n",
-        namespace,
-        "rollout",
-        "status",
-        f"deployment/{deployment}",
-        "--timeout=100s",
-        timeout=110,
-    )
-
-
 # -- fixtures ---------------------------------------------------------------------------
 
 
@@ -270,15 +148,7 @@ def release(backend: Cluster, helm: Path) -> Iterator[Cluster]:
     ``node-ipam-lb:<version>`` the cluster imported on every node), 2 replicas,
     self-managed certificates; measured until every listed address answers."""
     cluster = backend
-    kubectl(cluster, "create", "namespace", NAMESPACE)
-    kubectl(
-        cluster, "label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted"
-    )
-    started = INSTALLED["at"] = time.monotonic()
-    run_helm(
-        helm, cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE,
-        "--wait", "--timeout", "120s",
-    )  # fmt: skip
+    started = INSTALLED["at"] = helm_install(helm, cluster)
     # What a CI pipeline does next: one apply, no retry (see the test using it).
     AT_ONCE["helm install --wait"] = applied(
         cluster, service_manifest("bad-at-once", 9997, "Cluster", MALFORMED), "--dry-run=server"
@@ -948,110 +818,6 @@ HOST_PORT = 8095
 NODE_1 = "kubernetes.io/hostname=node-1"
 
 
-def our_service(
-    namespace: str, name: str, port: int, *, selector: str | None = None, app: str = "backend"
-) -> dict[str, Any]:
-    """A Cluster Service of our class in ``namespace`` selecting the Pods ``app=<app>``
-    (node selector annotation ``selector``, none: every node)."""
-    manifest = service_manifest(name, port, "Cluster", selector)
-    manifest["metadata"]["namespace"] = namespace
-    manifest["spec"]["selector"] = {"app": app}
-    return manifest
-
-
-def team_backend(namespace: str, version: str, replicas: int = 2) -> dict[str, Any]:
-    """The backend Deployment in ``namespace``, answering ``version=<version>``."""
-    return {
-        **backend_manifest(replicas, version),
-        "metadata": {"name": "backend", "namespace": namespace},
-    }
-
-
-@contextlib.contextmanager
-def namespaces(cluster: Cluster, *names: str) -> Iterator[None]:
-    """Create the namespaces; delete them (and wait) on the way out, whatever happened."""
-    for name in names:
-        kubectl(cluster, "create", "namespace", name)
-    try:
-        yield
-    finally:
-        kubectl(cluster, "delete", "namespace", *names, "--timeout=150s", timeout=160)
-
-
-def ingress_of(cluster: Cluster, namespace: str, name: str) -> list[str]:
-    svc = kubectl_json(cluster, "-n", namespace, "get", "service", name)
-    return [e["ip"] for e in svc["status"].get("loadBalancer", {}).get("ingress", [])]
-
-
-def external_ip_column(cluster: Cluster, namespace: str, name: str) -> str:
-    """EXTERNAL-IP as ``kubectl get svc`` shows it (``<pending>`` without ingress)."""
-    (row,) = kubectl(cluster, "-n", namespace, "get", "svc", name, "--no-headers").splitlines()
-    return row.split()[3]
-
-
-def port_in_use(cluster: Cluster, namespace: str, name: str) -> str | None:
-    """The message of the Service's ``PortInUse`` Warning Event, once there is one."""
-    events = kubectl_json(
-        cluster,
-        "-n",
-        namespace,
-        "get",
-        "events",
-        "--field-selector",
-        f"involvedObject.kind=Service,involvedObject.name={name}",
-    )["items"]
-    found = [
-        str(e.get("message", ""))
-        for e in events
-        if e.get("type") == "Warning" and e.get("reason") == "PortInUse"
-    ]
-    return found[-1] if found else None
-
-
-def backend_pods(cluster: Cluster, namespace: str) -> set[str]:
-    pods = kubectl_json(cluster, "-n", namespace, "get", "pods", "-l", "app=backend")["items"]
-    return {p["metadata"]["name"] for p in pods}
-
-
-Answer = dict[str, str] | str
-"""The backend's answer, or ``"failed: <error>"``."""
-
-
-def requests_to(
-    cluster: Cluster, targets: list[tuple[str, int]], per_address: int
-) -> list[tuple[str, Answer]]:
-    """``per_address`` GETs (a new connection each) to every target from the client
-    namespace: ``(address, answer or "failed: <error>")`` each."""
-    out: list[tuple[str, Answer]] = []
-    for ip, port in targets:
-        for _ in range(per_address):
-            try:
-                out.append((ip, ask(cluster, ip, port)))
-            except (OSError, RuntimeError, http.client.HTTPException) as err:
-                out.append((ip, f"failed: {type(err).__name__}: {err}"))
-    return out
-
-
-def by_whom(results: list[tuple[str, Answer]]) -> dict[str, dict[str, int]]:
-    """Address -> ``{"<pod> version=<v>" or the failure: count}`` (for figures and
-    failure messages)."""
-    table: dict[str, Counter[str]] = {}
-    for ip, answer in results:
-        label = (
-            f"{answer.get('pod')} version={answer.get('version')}"
-            if isinstance(answer, dict)
-            else answer
-        )
-        table.setdefault(ip, Counter())[label] += 1
-    return {ip: dict(counts) for ip, counts in table.items()}
-
-
-def all_from(results: list[tuple[str, Answer]], pods: set[str]) -> bool:
-    return bool(results) and all(
-        isinstance(answer, dict) and answer.get("pod") in pods for _, answer in results
-    )
-
-
 def applied(cluster: Cluster, manifest: dict[str, Any], *args: str) -> str | None:
     """``kubectl apply`` (extra ``args``, e.g. ``--dry-run=server``): ``None`` when
     admitted, else kubectl's error."""
@@ -1134,19 +900,6 @@ def validating_webhook_removed(cluster: Cluster) -> Iterator[str]:
         yield name
     finally:
         kubectl(cluster, "create", "-f", "-", input=json.dumps(saved))
-
-
-def pod_ready(cluster: Cluster, namespace: str, name: str) -> None:
-    kubectl(
-        cluster,
-        "-n",
-        namespace,
-        "wait",
-        "--for=condition=Ready",
-        f"pod/{name}",
-        "--timeout=100s",
-        timeout=110,
-    )
 
 
 @pytest.mark.timeout(PORTS_TIMEOUT)
