@@ -55,19 +55,28 @@ _SERVICE_KIND = ("", "v1", "Service")
 _CHECKED_OPERATIONS = ("CREATE", "UPDATE")
 
 WELL_KNOWN_PORTS = {
-    22: "SSH",
-    2379: "etcd's client API",
-    2380: "etcd's peer API",
-    6443: "the kube-apiserver",
-    10250: "the kubelet API",
-    10256: "kube-proxy's health check",
-    10257: "the kube-controller-manager",
-    10259: "the kube-scheduler",
+    ("TCP", 22): "SSH",
+    ("TCP", 179): "BGP (Calico, kube-router, MetalLB's FRR)",
+    ("TCP", 2379): "etcd's client API",
+    ("TCP", 2380): "etcd's peer API",
+    ("UDP", 4789): "the VXLAN overlay (Calico, Antrea, OVN-Kubernetes)",
+    ("TCP", 5001): "k3s' embedded registry",
+    ("UDP", 6081): "the Geneve overlay (Cilium, Antrea, OVN-Kubernetes)",
+    ("TCP", 6443): "the kube-apiserver",
+    ("UDP", 8472): "the VXLAN overlay (flannel, k3s, Cilium)",
+    ("TCP", 10250): "the kubelet API",
+    ("TCP", 10256): "kube-proxy's health check",
+    ("TCP", 10257): "the kube-controller-manager",
+    ("TCP", 10259): "the kube-scheduler",
+    ("UDP", 51820): "WireGuard (flannel, k3s, Calico)",
+    ("UDP", 51821): "WireGuard over IPv6 (flannel, k3s)",
+    ("UDP", 51871): "Cilium's WireGuard",
 }
-"""What a node serves on these TCP ports, named in a reserved-port denial (Kubernetes "Ports
-and Protocols", kubernetes.io/docs/reference/networking/ports-and-protocols/; 22 is
-OpenSSH's default; 10256 is kube-proxy's ``--healthz-bind-address``). All are TCP: the same
-number of another protocol gets no name."""
+"""What a node serves on these ports, named in a reserved-port denial (Kubernetes "Ports
+and Protocols", kubernetes.io/docs/reference/networking/ports-and-protocols/; k3s "Inbound
+Rules for K3s Nodes"; the CNIs' tunnel and routing ports, which the kernel serves and no
+Pod declares; 22 is OpenSSH's default; 10256 is kube-proxy's ``--healthz-bind-address``).
+Another protocol on the same number gets no name."""
 MAX_DENIED_PORTS = 5
 """Port errors a denial lists (then "and N more"), so a Service with thousands of ports
 gets a message of bounded length."""
@@ -617,7 +626,7 @@ def _spec_ports(obj: Mapping[str, Any]) -> tuple[tuple[int, str, int], ...]:
 
 def _reserved_error(subject: Subject, index: int, protocol: str, port: int) -> str:
     view = subject.view
-    name = WELL_KNOWN_PORTS.get(port) if protocol == "TCP" else None
+    name = WELL_KNOWN_PORTS.get((protocol, port))
     what = f" ({name})" if name else ""
     who = f"{view.namespace}/{view.name if subject.named else 'NAME'}"
     return (
@@ -665,6 +674,7 @@ def _shared_view(view: ServiceView) -> ServiceView:
         namespace=view.namespace if local else "",
         name=view.name if local else "",
         ingress=None,
+        ingress_ports=None,
         resource_version=None,
         ports=(),
         node_ports=(),

@@ -167,6 +167,16 @@ def is_managed(service: ServiceView, settings: SelectionSettings) -> tuple[bool,
     return True, f"spec.loadBalancerClass is {json.dumps(ours)}"
 
 
+def has_our_class(service: ServiceView, settings: SelectionSettings) -> bool:
+    """Whether ``service``'s class is ours (:func:`is_managed` without the deletion and
+    type checks): ``spec.loadBalancerClass`` equal to ours, or unset under
+    ``default_lb_service_ipam: nodeipam``."""
+    cls = service.load_balancer_class
+    if cls is None:
+        return settings.default_lb_service_ipam == "nodeipam"
+    return cls == settings.load_balancer_class
+
+
 def _families(service: ServiceView, warnings: list[str]) -> tuple[str, ...]:
     """Wanted families in ``spec.ipFamilies`` order; defaulted (with a warning) when empty.
 

@@ -57,13 +57,22 @@ OWNERSHIP_FIELDS = ("ports", "node_ports", "health_check_node_port", "external_i
 PortKey = tuple[str, int]
 """``(protocol, port)``."""
 
-DEFAULT_RESERVED_NODE_PORTS = "22,2379-2380,6443,10250,10256-10257,10259"
+DEFAULT_RESERVED_NODE_PORTS = (
+    "22,179/TCP,2379-2380,4789/UDP,5001/TCP,6081/UDP,6443,8472/UDP,10250,10256-10257,10259,"
+    "51820-51821/UDP,51871/UDP"
+)
 """What a kubeadm or k3s node serves on its own addresses (Kubernetes "Ports and
 Protocols", kubernetes.io/docs/reference/networking/ports-and-protocols/; k3s "Inbound
 Rules for K3s Nodes"): 22 SSH (OpenSSH's default port), 2379-2380 etcd client and peer,
 6443 kube-apiserver (kubeadm's and k3s' ``--secure-port``), 10250 the kubelet API, 10256
 kube-proxy's ``/healthz`` (``--healthz-bind-address`` 0.0.0.0:10256), 10257
-kube-controller-manager, 10259 kube-scheduler. Any protocol."""
+kube-controller-manager, 10259 kube-scheduler (any protocol); and what the common CNIs
+serve from the kernel, which no Pod declares (so no other rule protects it): 8472/UDP
+VXLAN (flannel, k3s' default backend, Cilium), 4789/UDP VXLAN (Calico, Antrea,
+OVN-Kubernetes), 6081/UDP Geneve, 51820-51821/UDP WireGuard (flannel/k3s, Calico),
+51871/UDP Cilium's WireGuard, 179/TCP BGP (Calico's BIRD, kube-router, MetalLB's FRR),
+5001/TCP k3s' embedded registry. Publishing one of them would hand every node's overlay
+or routing traffic to a tenant's Pods."""
 
 _RANGE = re.compile(r"([0-9]{1,5})(?:-([0-9]{1,5}))?(?:/([A-Za-z]+))?", re.ASCII)
 _EXCEPTION = re.compile(r"([^/:\s]+)/([^/:\s]+):(.+)")
@@ -209,6 +218,11 @@ class Holder:
             return "reserved for the node itself (setting reserved-node-ports)"
         if self.kind == "Namespace":
             return "the namespace is not in the setting allowed-namespaces"
+        if self.kind == "Limit":
+            return (
+                f"the status would record more than {MAX_PORT_RECORDS} ports (its ports x"
+                " its addresses): fewer ports, or a node selector that picks fewer nodes"
+            )
         what = {
             "Service": "owned by Service",
             "LoadBalancer": "the load-balancer ingress of Service",
@@ -237,6 +251,9 @@ class Conflict:
         ``shown`` addresses, then "and N more")."""
         if self.holder.kind == "Namespace":
             return str(self.holder)
+        if self.holder.kind == "Limit":
+            count = len(self.addresses)
+            return f"{count} address(es) not published: {self.holder}"
         where = "every address"
         if self.addresses:
             more = len(self.addresses) - shown
@@ -333,12 +350,18 @@ def published_ports(service: ServiceView) -> dict[str, frozenset[PortKey] | None
     out: dict[str, frozenset[PortKey] | None] = {}
     for entry in service.ingress or ():
         ip = entry.get("ip")
-        if not (isinstance(ip, str) and ip and entry.get("ipMode") in (None, "", "VIP")):
+        # Any ipMode: with ip-mode Proxy our own entries are Proxy, and incumbency must
+        # hold there too (and survive a switch of the setting).
+        if not (isinstance(ip, str) and ip and entry.get("ipMode") in (None, "", "VIP", "Proxy")):
             continue
         parsed = canonical_ip(ip)
         if parsed is None:
             continue
         raw = entry.get("ports")
+        if raw is None and service.ingress_ports:
+            raw = [
+                {"port": port, "protocol": protocol} for port, protocol, _ in service.ingress_ports
+            ]
         recorded: frozenset[PortKey] | None = None
         if isinstance(raw, (list, tuple)) and raw:
             recorded = frozenset(
@@ -377,14 +400,76 @@ def rank(service: ServiceView, address: str) -> tuple[bool, float, str, str]:
 def port_status(service: ServiceView) -> tuple[dict[str, Any], ...]:
     """``ports`` of the ingress entries we write for ``service``: one core/v1
     ``PortStatus`` (``port``, ``protocol``) per ``spec.ports`` pair, in order: the record
-    that makes per-port incumbency readable from API state (docs/design.md §4.9). The API
-    server validates them (protocol TCP/UDP/SCTP, port 1-65535); kube-proxy and Cilium
-    ignore them."""
+    that makes per-port incumbency readable from API state (docs/design.md §4.9).
+    kube-apiserver v1.35 does not validate them (``ValidateLoadBalancerStatus`` reads
+    ``ip``, ``ipMode`` and ``hostname`` only); kube-proxy and Cilium ignore them."""
     return tuple({"port": port, "protocol": protocol} for protocol, port in service.ports)
 
 
+def port_key(service: ServiceView) -> tuple[tuple[int, str, None], ...]:
+    """:func:`port_status` as ``(port, protocol, error)`` triples
+    (:func:`app.core.status.port_record`), what the reconciler compares and records."""
+    return tuple((port, protocol, None) for protocol, port in service.ports)
+
+
+def ports_covered(service: ServiceView) -> bool:
+    """Whether every address of ``service``'s stored ingress (the entries kube-proxy
+    captures) was published for every port the Service has now: each entry records them
+    in ``ports``, or records none (Cilium's or an older write of ours: taken as covering
+    all). ``False`` means the spec gained a port since the status was written, so the
+    stored addresses capture a port no decision of ours ever granted."""
+    return all(
+        recorded is None or all(key in recorded for key in service.ports)
+        for recorded in published_ports(service).values()
+    )
+
+
+def stale_ingress(service: ServiceView, *, ours: bool) -> str | None:
+    """Why the stored ingress of a Service that the controller does not decide must be
+    withdrawn all the same (docs/design.md §3, §4.9), or ``None``.
+
+    Args:
+        service: a Service that is not managed (type, class or deletion) or whose node
+            selector does not parse.
+        ours: the Service has our class (or is class-less under ``nodeipam``) whatever
+            its type and deletion.
+
+    kube-proxy captures the ingress of a Service whatever its type or deletion
+    (``pkg/proxy/serviceport.go``), so an address written for a Service's old ports
+    captures any port its author adds later. Withdrawn: the ingress of a Service whose
+    ``spec.type`` is no longer ``LoadBalancer`` (any class: the API server refuses to
+    store such an ingress, ``ValidateLoadBalancerStatus``, and the class is dropped with
+    the type, so no controller can own it); and the ingress of a Service of ours, being
+    deleted or with a selector that does not parse, whose ports are not all covered
+    (:func:`ports_covered`)."""
+    if not service.ingress:
+        return None
+    if service.type != "LoadBalancer":
+        shown = "unset (ClusterIP)" if service.type is None else service.type
+        return (
+            f"spec.type is {shown}: no load balancer owns this ingress any more, and"
+            " kube-proxy still captures its addresses on every port of the Service"
+        )
+    if ours and not ports_covered(service):
+        return (
+            "the Service has ports its node addresses were never published for (see"
+            " status.loadBalancer.ingress[].ports), and it is no longer decided (being"
+            " deleted, or its node selector does not parse)"
+        )
+    return None
+
+
+MAX_PORT_RECORDS = 8192
+"""Most ``PortStatus`` records a Service's ingress may hold (its ports x its addresses,
+~35 bytes each in the status: at most ~290 KB, well inside etcd's 1.5 MiB request limit).
+:func:`decide` publishes the first addresses (in candidate order) up to it and names the
+limit for the rest (docs/design.md §4.9), so a Service with thousands of ports on many
+nodes cannot make a status the API server refuses, nor cost us memory by the product."""
 MAX_INTERNED = 4096
 """Distinct (ingress list, ports) pairs :func:`with_port_status` keeps (then it starts over)."""
+MAX_INTERNED_RECORDS = 64
+"""Results of :func:`with_port_status` with more records than this are built anew, never
+kept, so what the memo holds is bounded (:data:`MAX_INTERNED` x this)."""
 _interned: dict[
     tuple[int, tuple[PortKey, ...]], tuple[tuple[Any, ...], tuple[dict[str, Any], ...]]
 ] = {}
@@ -406,6 +491,8 @@ def with_port_status(
         return found[1]
     # A list of its own per entry: YAML would write a shared one as an anchor and alias.
     out = tuple({**entry, "ports": list(port_status(service))} for entry in ingress)
+    if len(out) * len(service.ports) > MAX_INTERNED_RECORDS:
+        return out
     if len(_interned) >= MAX_INTERNED:
         _interned.clear()
     _interned[key] = (ingress, out)  # type: ignore[assignment]
@@ -742,21 +829,16 @@ def claims_from_candidates(
     return claims_of
 
 
-MAX_CHAIN = 64
-"""How deep :func:`decide` follows "this rival publishes the address only if its own
-earlier rivals do not" (module docstring, rule 3). A longer chain of Services, each
-sharing a port with the next on one address, counts the rivals beyond it as publishing:
-the safe side (the Service under decision loses the address), decided from state alone."""
-
-
 class _Contest:
     """The competition between managed Services on one decision's addresses (rules 2 and
-    3 of the module docstring): per address, the claimants are taken in rank order and
-    each publishes it unless a claimant ranked before it that publishes it shares one of
-    its ports there. ``addresses``: the addresses at stake (the decided Service's after
-    its blocks); every question this asks is about one of them. Memoised for one
-    decision: the claimants of a port per address (one pass over each claimant's claims),
-    each Service's recorded ports, each (Service, address) answer."""
+    3 of the module docstring), for the Service ``decided``: per address, one greedy pass
+    over the claimants in rank order, each publishing the address unless a claimant taken
+    before it that publishes it shares one of its ports. Only the claimants ranked before
+    ``decided`` and linked to it through shared ports can matter, so the pass walks those
+    (a breadth-first search over ports from ``decided``'s own): linear in them, no
+    recursion, no depth limit. ``addresses``: the addresses at stake (``decided``'s after
+    its blocks); memoised for one decision: the claimants of a port per address (one pass
+    over each claimant's claims) and each Service's recorded ports."""
 
     def __init__(
         self,
@@ -765,14 +847,15 @@ class _Contest:
         addresses: AbstractSet[str],
         decided: ServiceView,
     ) -> None:
-        self._decided = (decided.namespace, decided.name)
+        self._decided = decided
+        self._me = (decided.namespace, decided.name)
         self._ports = ports
         self._claims_of = claims_of
         self._addresses = addresses
         self._by_port: dict[PortKey, dict[str, list[ServiceView]]] = {}
-        self._sorted: set[tuple[PortKey, str]] = set()
         self._recorded: dict[tuple[str, str], dict[str, frozenset[PortKey] | None]] = {}
-        self._publishes: dict[tuple[str, str, str], bool] = {}
+        self.work = 0
+        """Claimants looked at so far (what the admission budget counts)."""
 
     def rank(self, service: ServiceView, address: str) -> tuple[bool, float, str, str]:
         """:func:`rank`, with ``service``'s recorded ports read once per decision."""
@@ -786,50 +869,45 @@ class _Contest:
         )
         return (not incumbent_here, *_rank_base(service))
 
-    def rivals(self, key: PortKey, address: str) -> list[ServiceView]:
-        """The managed Services with port ``key`` that claim ``address``, in rank order."""
+    def _claimants(self, key: PortKey, address: str) -> list[ServiceView]:
+        """The other managed Services with port ``key`` that claim ``address``."""
         by_address = self._by_port.get(key)
         if by_address is None:
             by_address = self._by_port[key] = {}
             for other in self._ports.claimants(key):
-                if (other.namespace, other.name) == self._decided:
+                if (other.namespace, other.name) == self._me:
                     continue  # never its own rival; it claims every address at stake
+                self.work += 1
                 for shared in self._addresses & self._claims_of(other):
                     by_address.setdefault(shared, []).append(other)
-        found = by_address.get(address, [])
-        if (key, address) not in self._sorted:
-            found.sort(key=lambda other: self.rank(other, address))
-            self._sorted.add((key, address))
-        return found
+        return by_address.get(address, [])
 
-    def winner(
-        self, service: ServiceView, key: PortKey, address: str, depth: int = 0
-    ) -> ServiceView | None:
-        """The Service ranked before ``service`` that publishes ``address`` with port
-        ``key``, or ``None``."""
-        mine = self.rank(service, address)
-        me = (service.namespace, service.name)
-        for other in self.rivals(key, address):
-            if (other.namespace, other.name) == me:
+    def holders(self, address: str) -> dict[PortKey, ServiceView]:
+        """The ports of ``decided`` that a Service ranked before it publishes on
+        ``address``, with that Service (empty: ``decided`` publishes the address)."""
+        mine = self.rank(self._decided, address)
+        earlier: dict[tuple[str, str], tuple[tuple[bool, float, str, str], ServiceView]] = {}
+        pending = list(self._decided.ports)
+        seen_ports: set[PortKey] = set()
+        while pending:
+            key = pending.pop()
+            if key in seen_ports:
                 continue
-            if self.rank(other, address) >= mine:
-                break
-            if self.publishes(other, address, depth + 1):
-                return other
-        return None
-
-    def publishes(self, service: ServiceView, address: str, depth: int = 0) -> bool:
-        """Whether ``service`` (a claimant of ``address``) publishes it: no Service ranked
-        before it that publishes ``address`` shares one of its ports. Past
-        :data:`MAX_CHAIN` levels a rival counts as publishing."""
-        if depth > MAX_CHAIN:
-            return True
-        memo_key = (service.namespace, service.name, address)
-        found = self._publishes.get(memo_key)
-        if found is None:
-            found = all(self.winner(service, key, address, depth) is None for key in service.ports)
-            self._publishes[memo_key] = found
-        return found
+            seen_ports.add(key)
+            for other in self._claimants(key, address):
+                name = (other.namespace, other.name)
+                if name in earlier:
+                    continue
+                theirs = self.rank(other, address)
+                if theirs < mine:
+                    earlier[name] = (theirs, other)
+                    pending.extend(other.ports)
+        taken: dict[PortKey, ServiceView] = {}
+        for _, other in sorted(earlier.values(), key=lambda item: item[0]):
+            if not any(key in taken for key in other.ports):
+                for key in other.ports:
+                    taken[key] = other
+        return {key: taken[key] for key in self._decided.ports if key in taken}
 
 
 def decide(
@@ -889,15 +967,19 @@ def decide(
         contest = _Contest(ports, claims_of, frozenset(remaining), service)
         taken: dict[tuple[PortKey, str, str], list[str]] = {}
         for address in remaining:
-            for key in contested:
-                winner = contest.winner(service, key, address)
-                if winner is not None:
-                    taken.setdefault((key, winner.namespace, winner.name), []).append(address)
+            for key, winner in contest.holders(address).items():
+                taken.setdefault((key, winner.namespace, winner.name), []).append(address)
         for ((protocol, port), namespace, name), addresses in sorted(taken.items()):
             conflicts.append(
                 Conflict(protocol, port, Holder("Service", namespace, name), tuple(addresses))
             )
             lost = lost | frozenset(addresses)
+    kept = [a for a in candidates if a not in lost]
+    room = MAX_PORT_RECORDS // len(service.ports)
+    if len(kept) > room:
+        over = tuple(kept[room:])
+        conflicts.append(Conflict("", 0, Holder("Limit"), over))
+        lost = lost | frozenset(over)
     if not lost:
         return Ownership(frozenset(), tuple(conflicts), None) if conflicts else NO_CONFLICT
     return Ownership(frozenset(lost), tuple(conflicts), "PortInUse")

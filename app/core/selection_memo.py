@@ -113,7 +113,7 @@ class SelectionMemo(Generic[T]):
             )
             return derive(service, settings, selection)
         key = (
-            dataclasses.replace(service, ingress=None, resource_version=None),
+            dataclasses.replace(service, ingress=None, ingress_ports=None, resource_version=None),
             slices,
             settings,
             derive,

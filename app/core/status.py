@@ -51,3 +51,52 @@ def ingress_differs(
         _normalise(want) != _normalise(have)
         for want, have in zip(desired, stored_entries, strict=True)
     )
+
+
+PortRecord = tuple[tuple[Any, Any, Any], ...]
+"""``status.loadBalancer.ingress[].ports`` as ``(port, protocol, error)`` triples."""
+
+
+def port_record(ports: Sequence[Mapping[str, Any]]) -> PortRecord:
+    """The triples of a ``ports`` list (core/v1 ``PortStatus``), in order, as
+    :attr:`app.core.views.ServiceView.ingress_ports` holds them."""
+    return tuple((p.get("port"), p.get("protocol"), p.get("error")) for p in ports)
+
+
+def status_differs(
+    desired: Sequence[Mapping[str, Any]],
+    desired_ports: PortRecord,
+    stored: Sequence[Mapping[str, Any]] | None,
+    stored_ports: PortRecord | None,
+) -> bool:
+    """True when writing ``desired`` with ``desired_ports`` on every entry would change
+    the stored ingress, given as its entries (without the ports they share) and
+    ``stored_ports`` (``ServiceView.ingress_ports``: ``None`` when the entries record none,
+    or not the same). Both sides keep the address lists shared between Services
+    (docs/design.md §5: the ports are per Service, the address lists are not)."""
+    if ingress_differs(desired, stored):
+        return True
+    if not desired:
+        return False
+    return (stored_ports or ()) != desired_ports
+
+
+def with_ports(
+    entries: Sequence[Mapping[str, Any]], ports: PortRecord | None
+) -> tuple[dict[str, Any], ...]:
+    """``entries`` with ``ports`` set on each (new dicts; each its own list, so YAML
+    writes no alias): the ingress as it is written or stored. ``None`` or ``()``: as
+    they are."""
+    if not ports:
+        return tuple(dict(e) for e in entries)
+
+    def record() -> list[dict[str, Any]]:
+        out = []
+        for port, protocol, error in ports:
+            item: dict[str, Any] = {"port": port, "protocol": protocol}
+            if error is not None:
+                item["error"] = error
+            out.append(item)
+        return out
+
+    return tuple({**e, "ports": record()} for e in entries)

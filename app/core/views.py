@@ -197,6 +197,12 @@ class ServiceView:
     health_check_node_port: int | None = None
     external_ips: tuple[str, ...] = ()
     created: float | None = None
+    # The ``ports`` (core/v1 PortStatus) every stored ingress entry records, when all
+    # record the same non-empty list (what we write, docs/design.md §4.9), as
+    # ``(port, protocol, error)`` triples (status.port_record); they are then left out of
+    # the ``ingress`` entries, so equal address lists stay shared between Services
+    # (shared_ingress). ``None``: no entry records ports, or they differ (kept per entry).
+    ingress_ports: tuple[tuple[Any, Any, Any], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +388,7 @@ def service_view(
     ingress_list = _list(ingress, "status.loadBalancer.ingress")
     version = meta.get("resourceVersion")
     ports, node_ports = _ports(spec)
+    stripped, common = _common_ports(ingress_list)
     return ServiceView(
         namespace=namespace,
         name=name,
@@ -395,7 +402,8 @@ def service_view(
         ip_families=tuple(
             _opt_str(f, f"spec.ipFamilies[{i}]") or "" for i, f in enumerate(families)
         ),
-        ingress=None if ingress is None else shared_ingress(ingress_list),
+        ingress=None if ingress is None else shared_ingress(stripped),
+        ingress_ports=common,
         resource_version=str(version) if version is not None else None,
         ip_family_policy=_opt_str(spec.get("ipFamilyPolicy"), "spec.ipFamilyPolicy"),
         uid=str(meta.get("uid") or ""),
@@ -466,6 +474,35 @@ holds any more); then it starts over. The 5,000-Node bench cluster has 1,479 dis
 of 27,020 entries."""
 _SHARED_INGRESS: dict[tuple[tuple[tuple[str, str], ...], ...], tuple[Mapping[str, Any], ...]] = {}
 _shared_entries = [0]  # entries of the lists in _SHARED_INGRESS
+
+
+def _common_ports(entries: list[Any]) -> tuple[list[Any], tuple[tuple[Any, Any, Any], ...] | None]:
+    """``(entries without their ports, the ports)`` when every mapping entry records the
+    same non-empty ``ports`` list (triples as :func:`app.core.status.port_record` gives
+    them), else ``(entries, None)``: see :attr:`ServiceView.ingress_ports`."""
+    common: tuple[tuple[Any, Any, Any], ...] | None = None
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        raw = entry.get("ports")
+        if not isinstance(raw, list) or not raw or not all(isinstance(p, Mapping) for p in raw):
+            return entries, None
+        record = tuple((p.get("port"), p.get("protocol"), p.get("error")) for p in raw)
+        if common is None:
+            common = record
+        elif record != common:
+            return entries, None
+    if common is None:
+        return entries, None
+    try:
+        hash(common)
+    except TypeError:  # garbage values (lists, objects): kept per entry, as stored
+        return entries, None
+    stripped = [
+        {k: v for k, v in e.items() if k != "ports"} if isinstance(e, Mapping) else e
+        for e in entries
+    ]
+    return stripped, common
 
 
 def shared_ingress(entries: list[Any]) -> tuple[Mapping[str, Any], ...]:
@@ -600,8 +637,10 @@ class PodView:
 def _pod_containers(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """``(field path, container)`` of the containers whose ports a Pod serves: every entry
     of ``spec.containers`` and the restartable (sidecar, ``restartPolicy: Always``) ones of
-    ``spec.initContainers`` (KEP-753: they run for the Pod's life; kubelet gives their
-    ``hostPort`` to the sandbox's port mappings as it does the containers')."""
+    ``spec.initContainers`` (KEP-753: they run for the Pod's life, and a host-network
+    sidecar listens on the node). Whether a kubelet gives a sidecar's ``hostPort`` to the
+    sandbox's port mappings depends on its version; counting it is the safe side (it can
+    only block more)."""
     out: list[tuple[str, Mapping[str, Any]]] = []
     for kind in ("containers", "initContainers"):
         for c, container in enumerate(_list(spec.get(kind), f"spec.{kind}")):

@@ -167,7 +167,7 @@ def test_every_field_select_reads_is_covered_above() -> None:
     """A new ServiceView field must be added to the key or shown unread by select."""
     covered = {next(iter(c)) for _, c in SERVICE_FIELD_CHANGES}
     # uid: Events only, compare=False; the port-ownership fields: app.core.ports only.
-    unread = {"ingress", "resource_version", "uid", *OWNERSHIP_FIELDS}
+    unread = {"ingress", "ingress_ports", "resource_version", "uid", *OWNERSHIP_FIELDS}
     assert {f.name for f in dataclasses.fields(ServiceView)} == covered | unread
 
 

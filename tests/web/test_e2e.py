@@ -273,7 +273,12 @@ def test_defaulted_service_gets_node_ingress_from_the_reconciler(
         return stored.get("status", {}).get("loadBalancer", {}).get("ingress")
 
     got = wait_for(ingress, timeout=30, what="status.loadBalancer.ingress")
-    assert got == [{"ip": "10.89.0.7", "ipMode": "VIP"}]
+    assert [(e["ip"], e["ipMode"]) for e in got] == [("10.89.0.7", "VIP")]
+    # Each entry records the Service's ports (docs/design.md §4.9).
+    [stored] = [fake.get("services", "web", "default")]
+    assert got[0]["ports"] == [
+        {"port": p["port"], "protocol": p.get("protocol", "TCP")} for p in stored["spec"]["ports"]
+    ]
 
 
 def test_preview_over_https_needs_a_token_reviewed_by_the_api_server(

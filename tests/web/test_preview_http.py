@@ -10,11 +10,14 @@ import pytest
 import yaml
 
 from app.config import Settings
+from app.core.hazards import CILIUM_WILDCARD_ENTRIES, KUBE_PROXY_IPVS, Hazard
 from app.web.app import create_app
 from tests.core.admission.builders import service
 from tests.web.conftest import AppClient, FakeCache
 
-EDGE_ONLY = [{"ip": "10.0.0.1", "ipMode": "VIP"}]
+PORT_80 = [{"port": 80, "protocol": "TCP"}]
+"""What each entry records: the Service's ports (docs/design.md §4.9)."""
+EDGE_ONLY = [{"ip": "10.0.0.1", "ipMode": "VIP", "ports": PORT_80}]
 
 
 def test_live_service_gets_its_ingress_and_node_verdicts(client: AppClient) -> None:
@@ -67,8 +70,8 @@ def test_manifest_not_yet_applied_is_previewed(
     item = response.json()
     assert (item["namespace"], item["name"]) == ("default", "draft")
     assert item["ingress"] == [
-        {"ip": "10.0.0.1", "ipMode": "VIP"},
-        {"ip": "10.0.0.2", "ipMode": "VIP"},
+        {"ip": "10.0.0.1", "ipMode": "VIP", "ports": PORT_80},
+        {"ip": "10.0.0.2", "ipMode": "VIP", "ports": PORT_80},
     ]
 
 
@@ -183,6 +186,8 @@ def test_item_is_exactly_the_selection_to_dict_of_preview_json(
         settings=SelectionSettings(default_lb_service_ipam="nodeipam"),
         now=1e6,
     ).to_dict()
+    # After port ownership (nothing else holds the port) each entry records the ports.
+    expected["ingress"] = [{**e, "ports": PORT_80} for e in expected["ingress"]]
     assert client.get("/preview/default/web").json() == expected
 
 
@@ -252,6 +257,7 @@ def test_manifest_is_parsed_off_the_event_loop(
 
 
 HAZARD = "kube-proxy runs in ipvs mode (test)"
+CILIUM = "Cilium v1.19.3 adds wildcard entries (test)"
 
 
 @pytest.fixture
@@ -262,7 +268,7 @@ def ipvs_client(controller: object) -> Iterator[AppClient]:
         settings,
         controller=controller,  # type: ignore[arg-type]
         clock=lambda: 1e6,
-        kube_proxy_hazard=lambda: HAZARD,
+        kube_proxy_hazard=lambda cls: Hazard(KUBE_PROXY_IPVS, HAZARD),
     )
     with AppClient(app) as test_client:
         yield test_client
@@ -292,9 +298,44 @@ def test_serve_hands_the_controllers_kube_proxy_warning_to_preview(tmp_path: Pat
     settings = Settings(auth="none", leader_elect=False, webhook=False)
     controller, app, _ = server.build(settings, workdir=tmp_path, connection=(None, False))
     state = app.state.node_ipam
-    assert state.kube_proxy_hazard() is None
-    controller._kube_proxy_hazard = HAZARD  # what its read of kube-proxy's ConfigMap sets
-    assert state.kube_proxy_hazard() == HAZARD
+    assert state.kube_proxy_hazard(None) is None
+    # What its reads of kube-proxy's and Cilium's ConfigMaps set.
+    controller._hazards = (
+        Hazard(KUBE_PROXY_IPVS, HAZARD),
+        Hazard(CILIUM_WILDCARD_ENTRIES, CILIUM, frozenset({None})),
+    )
+    assert state.kube_proxy_hazard("io.cilium/node") == Hazard(KUBE_PROXY_IPVS, HAZARD)
+    both = state.kube_proxy_hazard(None)
+    assert both is not None and both.reason == KUBE_PROXY_IPVS
+    assert both.message == f"{HAZARD}; also: {CILIUM}"
+
+
+def test_a_cilium_warning_is_only_on_the_services_of_the_classes_it_concerns(
+    controller: object, client: AppClient
+) -> None:
+    """Cilium's wildcard entries concern class-less Services only here (docs/design.md
+    §4.12): ``web`` (class io.cilium/node) says nothing; a class-less Service, ours with
+    default-lb-service-ipam nodeipam, carries it once it gets addresses."""
+    hazard = Hazard(CILIUM_WILDCARD_ENTRIES, CILIUM, frozenset({None}))
+    settings = Settings(default_lb_service_ipam="nodeipam", auth="none", review_deadline_seconds=25)
+    app = create_app(
+        settings,
+        controller=controller,  # type: ignore[arg-type]
+        clock=lambda: 1e6,
+        kube_proxy_hazard=lambda cls: hazard if hazard.concerns(cls) else None,
+    )
+    with AppClient(app) as cilium_client:
+        item = cilium_client.get("/preview/default/web").json()
+        assert item["warnings"] == client.get("/preview/default/web").json()["warnings"]
+        assert CILIUM not in item["warnings"]
+        classless = service(name="plain", selector="role=edge")
+        classless["spec"]["ports"] = [{"port": 8080}]  # web holds 80 there (§4.9)
+        posted = cilium_client.post("/preview", content=json.dumps(classless)).json()
+        assert posted["managed"] and [e["ip"] for e in posted["ingress"]] == ["10.0.0.1"]
+        assert posted["warnings"][-1] == CILIUM
+        nowhere = service(name="nowhere", selector="role=none")
+        pending = cilium_client.post("/preview", content=json.dumps(nowhere)).json()
+        assert pending["ingress"] == [] and CILIUM not in pending["warnings"]
 
 
 def test_preview_selects_with_the_controllers_health_view(controller: object) -> None:

@@ -31,7 +31,9 @@ def test_all_services_in_namespace_name_order(client: AppClient, cache: FakeCach
     body = client.get("/preview").json()
     assert keys(body) == ["blog/z", "default/web", "shop/b"]
     assert body["metadata"] == {"continue": None, "remainingItemCount": 0}
-    assert body["items"][1]["ingress"] == [{"ip": "10.0.0.1", "ipMode": "VIP"}]
+    assert body["items"][1]["ingress"] == [
+        {"ip": "10.0.0.1", "ipMode": "VIP", "ports": [{"port": 80, "protocol": "TCP"}]}
+    ]
     assert keys(client.get("/preview/shop").json()) == ["shop/b"]
     assert client.get("/preview/nowhere").json()["items"] == []
 
