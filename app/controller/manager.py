@@ -32,6 +32,8 @@ from app.controller.triggers import (
     services_for_node_health,
 )
 from app.controller.workqueue import WorkQueue
+from app.core import ciliumkpr
+from app.core.hazards import KUBE_PROXY_IPVS, Hazard, concerning
 from app.core.health import NO_HEALTH, HealthPolicy, HealthTable, HealthView, probe_targets
 from app.core.kubeproxy import CONFIG_MAP, ipvs_hazard, proxy_mode
 from app.core.nodeipam import is_managed
@@ -55,6 +57,10 @@ RETRY_AFTER_RETRIES = 10
 ``rest.Request`` ``maxRetries``)."""
 RETRY_AFTER_MAX_SECONDS = 60.0
 """Longest single wait on a ``Retry-After`` (API Priority and Fairness sends at most 60)."""
+AGENT_PAGE_SIZE = 500
+AGENT_PAGES = 20
+"""The start-up List of the Pods of kube-system that finds Cilium's agents (docs/design.md
+§4.12) reads at most this many pages of :data:`AGENT_PAGE_SIZE` Pods."""
 
 
 def host_pod_view(obj: Mapping[str, Any]) -> PodView | None:
@@ -111,7 +117,7 @@ class Controller:
         self._workers: list[threading.Thread] = []
         self._leadership_listeners: list[Callable[[], None]] = []
         self._started = False
-        self._kube_proxy_hazard: str | None = None
+        self._hazards: tuple[Hazard, ...] = ()
         self._kube_proxy_thread: threading.Thread | None = None
         # Status writes before Events (docs/design.md §5): the sender holds Events while
         # keys wait in the work queue, each at most events.DEFER_MAX_SECONDS.
@@ -196,10 +202,11 @@ class Controller:
             **{"leader-elect": self.settings.leader_elect},
             workers=self.settings.workers,
         )
-        # kube-proxy's mode (docs/design.md §4.10): one read on its own thread, so a slow
-        # or refused request never delays the informers or start().
+        # kube-proxy's mode and Cilium's kube-proxy replacement (docs/design.md §4.10,
+        # §4.12): read once on a thread of their own, so a slow or refused request never
+        # delays the informers or start().
         self._kube_proxy_thread = threading.Thread(
-            target=self._detect_kube_proxy, name="kube-proxy-mode", daemon=True
+            target=self._detect_hazards, name="datapath-hazards", daemon=True
         )
         self._kube_proxy_thread.start()
         for informer in self.informers:
@@ -235,7 +242,7 @@ class Controller:
             self.elector.stop(max(deadline - time.monotonic(), 0.1), release=release)
         for informer in self.informers:
             informer.join(max(deadline - time.monotonic(), 0.0))
-        if self._kube_proxy_thread is not None:  # one request, bounded by its timeout
+        if self._kube_proxy_thread is not None:  # a few requests, bounded by their timeout
             self._kube_proxy_thread.join(max(deadline - time.monotonic(), 0.0))
         if self._own_api is not None:  # its kept-alive write connections (idle by now)
             self._own_api.close()
@@ -308,12 +315,29 @@ class Controller:
             return False
         return self.elector is None or self.elector.is_leader()
 
-    def kube_proxy_hazard(self) -> str | None:
-        """The warning of :func:`app.core.kubeproxy.ipvs_hazard` when kube-proxy runs in
-        ``ipvs`` mode and ``ip_mode`` is ``VIP`` (docs/design.md §4.10), else ``None``
-        (also while the mode is being read, and when it is unknown). The reconciler's
-        ``KubeProxyIPVS`` Event and the preview API's warning read it."""
-        return self._kube_proxy_hazard
+    def kube_proxy_hazard(self, load_balancer_class: str | None) -> Hazard | None:
+        """The datapath hazard a Service of ``load_balancer_class`` (``None``: none set)
+        carries, :func:`app.core.hazards.concerning` the ones found: kube-proxy in ``ipvs``
+        mode with ``ip_mode`` ``VIP`` (docs/design.md §4.10, every Service), Cilium's
+        wildcard entries (§4.12, the classes they concern); ``None`` when none holds, also
+        while they are being read and when unknown. The reconciler's Warning Event and
+        the preview API's warning read it."""
+        return concerning(self._hazards, load_balancer_class)
+
+    def _detect_hazards(self) -> None:
+        """The start-up reads of :meth:`_detect_kube_proxy` and :meth:`_detect_cilium`, one
+        after the other on the thread ``start`` leaves them. Never raises."""
+        self._detect_kube_proxy()
+        self._detect_cilium()
+
+    def _hazard_found(self, hazard: Hazard) -> None:
+        """Keep ``hazard`` and reconcile every managed Service again, so those reconciled
+        before the read came back get its Event (a Service reconciled later reads the
+        hazard itself; the first sync enqueues every one)."""
+        with self._lock:
+            self._hazards = (*self._hazards, hazard)
+            keys = list(self._managed) if self._enqueued_after_sync else []
+        self._enqueue(keys)
 
     def _detect_kube_proxy(self) -> None:
         """Read kube-proxy's mode from kubeadm's ConfigMap once (docs/design.md §4.10): one
@@ -352,12 +376,78 @@ class Controller:
             return
         # A setting under its flag name, as users set it (tests/test_user_messages.py).
         log_event(LOG, hazard, level=logging.ERROR, mode=mode, **{"ip-mode": self.settings.ip_mode})
-        self._kube_proxy_hazard = hazard
-        # Services reconciled before the read came back get their Event now (a Service
-        # reconciled later reads the hazard itself; the first sync enqueues every one).
-        with self._lock:
-            keys = list(self._managed) if self._enqueued_after_sync else []
-        self._enqueue(keys)
+        self._hazard_found(Hazard(KUBE_PROXY_IPVS, hazard))
+
+    def _detect_cilium(self) -> None:
+        """Read Cilium's configuration and release once (docs/design.md §4.12): the ConfigMap
+        ``kube-system/cilium-config`` (``get``, the Role that reads kube-proxy's) and, when
+        it says the agents load-balance traffic entering the nodes, the agent Pods' images
+        (one List of the Pods of ``kube-system``, the cluster-wide Pod grant); then
+        :func:`app.core.ciliumkpr.assess`. One INFO line with what was found or why it is
+        unknown (no ConfigMap, 403, another error, garbage); with the hazard one ERROR line
+        with its text, the gauge ``node_ipam_lb_cilium_wildcard_hazard`` at 1 (else 0),
+        and every managed Service reconciled again. Never raises."""
+        namespace, name = ciliumkpr.CONFIG_MAP
+        where = f"ConfigMap {namespace}/{name}"
+        images: list[str] | None = None
+        images_error: str | None = None
+        try:
+            obj = self._api.read_config_map(namespace=namespace, name=name)
+            config = ciliumkpr.read_config(obj)
+            if not isinstance(config, str) and config.north_south:
+                images, images_error = self._cilium_agent_images()
+            assessment = ciliumkpr.assess(
+                obj,
+                images,
+                load_balancer_class=self.settings.load_balancer_class,
+                default_lb_service_ipam=self.settings.default_lb_service_ipam,
+                images_error=images_error,
+            )
+        except ApiError as err:
+            if err.status == 403:
+                why = f"no permission to read {where} (RBAC: {err.reason})"
+            else:
+                why = f"reading {where} failed: {err}"
+            assessment = ciliumkpr.Assessment(False, why)
+        except Exception as err:  # this thread must end quietly whatever happens
+            why = f"reading {where} failed: {type(err).__name__}: {err}"
+            assessment = ciliumkpr.Assessment(False, why)
+        if assessment.known:
+            log_event(LOG, "cilium kube-proxy replacement", found=assessment.facts)
+        else:
+            log_event(LOG, "cilium kube-proxy replacement unknown", reason=assessment.facts)
+        hazard = assessment.hazard
+        metrics.CILIUM_WILDCARD_HAZARD.set(0 if hazard is None else 1)
+        if hazard is None:
+            return
+        log_event(LOG, hazard.message, level=logging.ERROR, found=assessment.facts)
+        self._hazard_found(hazard)
+
+    def _cilium_agent_images(self) -> tuple[list[str] | None, str | None]:
+        """The images of Cilium's agent Pods (:func:`app.core.ciliumkpr.agent_images`) from
+        the List of the Pods of ``kube-system`` (at most :data:`AGENT_PAGES` pages of
+        :data:`AGENT_PAGE_SIZE`), or ``None`` and why it failed. Never raises."""
+        images: set[str] = set()
+        token: str | None = None
+        try:
+            for _ in range(AGENT_PAGES):
+                page = self._api.list_page(
+                    "pods",
+                    limit=AGENT_PAGE_SIZE,
+                    continue_token=token,
+                    field_selector=ciliumkpr.AGENT_FIELD_SELECTOR,
+                )
+                items = page.get("items")
+                images.update(ciliumkpr.agent_images(items if isinstance(items, list) else []))
+                meta = page.get("metadata")
+                token = meta.get("continue") if isinstance(meta, Mapping) else None
+                if not token:
+                    break
+        except ApiError as err:
+            if err.status == 403:
+                return None, f"no permission to list the Pods of kube-system (RBAC: {err.reason})"
+            return None, f"listing the Pods of kube-system failed: {err}"
+        return sorted(images), None
 
     def _keys_waiting(self) -> bool:
         """True while keys wait in the work queue (the Event sender's ``defer``)."""

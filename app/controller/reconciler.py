@@ -48,6 +48,7 @@ from app.controller.events import (
     EventRecorder,
     ServiceEvent,
 )
+from app.core.hazards import Hazard
 from app.core.health import NO_HEALTH, NO_UNHEALTHY, HealthView
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import Selection, Summary, is_managed, select, summarise
@@ -92,8 +93,9 @@ HEALTH_SLOT = "unhealthy-nodes"
 """Recorder slot of the ``NodesUnhealthy`` Normal Event: candidates not advertised because
 they fail their health checks (docs/design.md §4.11)."""
 KUBE_PROXY_SLOT = "kube-proxy-ipvs"
-"""Recorder slot of the ``KubeProxyIPVS`` Warning of a Service that gets addresses while
-kube-proxy runs in ipvs mode and ``ip-mode`` is VIP (docs/design.md §4.10)."""
+"""Recorder slot of the datapath hazard's Warning of a Service that gets addresses:
+``KubeProxyIPVS`` while kube-proxy runs in ipvs mode and ``ip-mode`` is VIP (docs/design.md
+§4.10), ``CiliumWildcardEntries`` while Cilium's wildcard entries concern it (§4.12)."""
 ENDPOINT_GRACE_SECONDS = 600.0
 """How long after its ``creationTimestamp`` a new ``externalTrafficPolicy: Local`` Service
 that was never published may wait for its first ready endpoint with a Normal
@@ -380,7 +382,7 @@ OLDER_VERSIONS_KEPT = 16
 echoes have not arrived is a few long even after an outage; beyond, a spare write)."""
 
 
-def _no_hazard() -> str | None:
+def _no_hazard(load_balancer_class: str | None) -> Hazard | None:
     return None
 
 
@@ -427,13 +429,14 @@ class Reconciler:
         wall_clock: Callable[[], float] = time.time,
         always_write: bool = False,
         states: metrics.ServiceStates | None = None,
-        kube_proxy_hazard: Callable[[], str | None] = _no_hazard,
+        kube_proxy_hazard: Callable[[str | None], Hazard | None] = _no_hazard,
         health: Callable[[], HealthView] = lambda: NO_HEALTH,
     ) -> None:
         # health: the current health view (docs/design.md §4.11; NO_HEALTH with health
         # checks off), read once per reconcile.
-        # kube_proxy_hazard: the ipvs warning while it holds (docs/design.md §4.10), else
-        # None; every Service that gets addresses carries it as a KubeProxyIPVS Event.
+        # kube_proxy_hazard: the datapath hazard concerning a Service of that class while
+        # it holds (docs/design.md §4.10, §4.12), else None; a Service that gets addresses
+        # carries it as a Warning Event of its reason (KubeProxyIPVS, CiliumWildcardEntries).
         # always_write: benchmark only (bench/README.md), Cilium's status write on every
         # reconcile, own-write echoes reconciled again; never set in production.
         self._always_write = always_write
@@ -526,7 +529,15 @@ class Reconciler:
             if not wrote:
                 return None
         waiting = self._waiting_until(service, outcome, published=bool(stored), now=now)
-        self._report(namespace, name, outcome, wrote=wrote, uid=service.uid, waiting=waiting)
+        self._report(
+            namespace,
+            name,
+            outcome,
+            wrote=wrote,
+            uid=service.uid,
+            waiting=waiting,
+            load_balancer_class=service.load_balancer_class,
+        )
         self.states.record(
             key,
             metrics.ASSIGNED if outcome.ingress else metrics.PENDING,
@@ -689,6 +700,7 @@ class Reconciler:
         wrote: bool,
         uid: str,
         waiting: float | None,
+        load_balancer_class: str | None = None,
     ) -> None:
         """Say the outcome (docs/design.md §5). Normal Events are informational and
         accompany a status write only (so a restart of a synced cluster says nothing):
@@ -745,7 +757,7 @@ class Reconciler:
             uid=uid,
             record_only=not wrote,
         )
-        hazard = self._kube_proxy_hazard() if outcome.ingress else None
+        hazard = self._kube_proxy_hazard(load_balancer_class) if outcome.ingress else None
         if outcome.ingress and hazard is None:
             # The mode is one for the whole process and read once, on its own thread: not
             # known yet, or no hazard. Nothing about this Service ended, so the slot is
@@ -753,7 +765,11 @@ class Reconciler:
             self._recorder.clear(namespace, name, KUBE_PROXY_SLOT, observed=False)
             return
         self._say(
-            namespace, name, slot=KUBE_PROXY_SLOT, event=_warning("KubeProxyIPVS", hazard), uid=uid
+            namespace,
+            name,
+            slot=KUBE_PROXY_SLOT,
+            event=None if hazard is None else _warning(hazard.reason, hazard.message),
+            uid=uid,
         )
 
     def _say(

@@ -9,7 +9,8 @@ selector); other Pods, and objects of other kinds or API groups (a Knative
 ``serving.knative.dev/v1`` Service), are skipped, except kubeadm's ConfigMap
 ``kube-system/kube-proxy`` (kube-proxy's mode, docs/design.md §4.10), which is kept as it
 is (nothing of it is read until :func:`app.core.kubeproxy.proxy_mode` reads its mode,
-never raising).
+never raising), and Cilium's ConfigMap ``kube-system/cilium-config`` and its agent Pods'
+images (docs/design.md §4.12, read by :func:`app.core.ciliumkpr.assess`, never raising).
 
 What counts as **unusable input** (:class:`DumpError`, exit code 2 in
 ``node-ipam-lb preview``): a file that cannot be read, text that is neither YAML nor JSON,
@@ -33,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from app.core import ciliumkpr
 from app.core.kubeproxy import CONFIG_MAP
 from app.core.options import MATCH_NODE_LABELS_ANNOTATION
 from app.core.views import (
@@ -120,6 +122,13 @@ class Dump:
     kube_proxy: dict[str, Any] | None = None
     """kubeadm's ConfigMap ``kube-system/kube-proxy`` when the input holds it (the last
     one read), else ``None`` (docs/design.md §4.10)."""
+    cilium_config: dict[str, Any] | None = None
+    """Cilium's ConfigMap ``kube-system/cilium-config`` when the input holds it (the last
+    one read), else ``None`` (docs/design.md §4.12)."""
+    cilium_agent_images: list[str] | None = None
+    """The images of the Cilium agent Pods the input holds
+    (:func:`app.core.ciliumkpr.agent_images`, read before the Pods that hold no node port
+    are dropped); ``None`` when it holds none (§4.12)."""
     warnings: list[str] = field(default_factory=list)
     """What the reader could not read and what the answer lacks for it, one line each
     without the ``Warning:`` prefix (the live read's fallbacks on a 403,
@@ -296,13 +305,20 @@ def _describe(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']} {shown}"
 
 
-def is_kube_proxy_config_map(obj: Mapping[str, Any]) -> bool:
-    """True when ``obj`` (a ``ConfigMap``) is kubeadm's ``kube-system/kube-proxy`` in
-    ``v1`` (or without an ``apiVersion``, as the kinds of :data:`_KINDS`)."""
+def is_config_map(obj: Mapping[str, Any], where: tuple[str, str]) -> bool:
+    """True when ``obj`` (a ``ConfigMap``) is ``where`` (namespace, name) in ``v1`` (or
+    without an ``apiVersion``, as the kinds of :data:`_KINDS`): kubeadm's kube-proxy
+    ConfigMap (docs/design.md §4.10), Cilium's ``kube-system/cilium-config`` (§4.12)."""
     meta = obj.get("metadata")
     if obj.get("apiVersion", "v1") != "v1" or not isinstance(meta, Mapping):
         return False
-    return (meta.get("namespace"), meta.get("name")) == CONFIG_MAP
+    return (meta.get("namespace"), meta.get("name")) == where
+
+
+def is_kube_proxy_config_map(obj: Mapping[str, Any]) -> bool:
+    """True when ``obj`` (a ``ConfigMap``) is kubeadm's ``kube-system/kube-proxy`` in
+    ``v1`` (or without an ``apiVersion``, as the kinds of :data:`_KINDS`)."""
+    return is_config_map(obj, CONFIG_MAP)
 
 
 def is_host_network(obj: Mapping[str, Any]) -> bool:
@@ -338,6 +354,13 @@ def load_dump(paths: Sequence[str]) -> Dump:
                     dump.kube_proxy = obj
                     dump.origins[id(obj)] = f"{origin} ({_describe(obj)})"
                     continue
+                if kind == "ConfigMap" and is_config_map(obj, ciliumkpr.CONFIG_MAP):
+                    dump.cilium_config = obj
+                    dump.origins[id(obj)] = f"{origin} ({_describe(obj)})"
+                    continue
+                if kind == "Pod" and ciliumkpr.is_agent_pod(obj):
+                    images = {*(dump.cilium_agent_images or ()), *ciliumkpr.agent_images([obj])}
+                    dump.cilium_agent_images = sorted(images)
                 attr, versions = _KINDS.get(kind, ("", ()))
                 if (
                     not attr

@@ -25,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from app.core import ciliumkpr
 from app.core.dump import Dump, DumpError
 from app.core.kubeproxy import CONFIG_MAP
 from app.core.text import elide
@@ -94,6 +95,7 @@ class LiveCluster:
         except ApiError as err:
             raise DumpError(f"{self._host}: {err}") from err
         dump.kube_proxy = self._kube_proxy()
+        dump.cilium_config, dump.cilium_agent_images = self._cilium()
         for kind, objects in (
             ("Node", dump.nodes),
             ("Service", dump.services),
@@ -132,6 +134,28 @@ class LiveCluster:
                     label_selector=f"{SERVICE_NAME_LABEL}={name}",
                 )
         return services, slices
+
+    def _cilium(self) -> tuple[dict[str, Any] | None, list[str] | None]:
+        """Cilium's ConfigMap ``kube-system/cilium-config`` and the images of its agent Pods
+        (``kube-system``, label ``k8s-app=cilium``; docs/design.md §4.12), each ``None``
+        when absent, not readable (403) or not read (any other error): a warning's input,
+        not worth failing the preview for; the agents are read only with the ConfigMap."""
+        namespace, name = ciliumkpr.CONFIG_MAP
+        try:
+            config = self._api.read_config_map(namespace=namespace, name=name)
+        except ApiError:
+            return None, None
+        if config is None:
+            return None, None
+        try:
+            pods = self._api.list_items(
+                "pods",
+                namespace=ciliumkpr.AGENT_NAMESPACE,
+                label_selector="=".join(ciliumkpr.AGENT_LABEL),
+            )
+        except ApiError:
+            return config, None
+        return config, ciliumkpr.agent_images(pods)
 
     def _kube_proxy(self) -> dict[str, Any] | None:
         """kubeadm's ConfigMap ``kube-system/kube-proxy``, or ``None``: absent (not a

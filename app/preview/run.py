@@ -15,7 +15,9 @@ streamed item by item by :mod:`app.preview.output`). Warnings go to stderr as
 ``Warning: ...`` lines like kubectl's, each distinct text once (a bad Node address is one
 line, naming how many Services it touches); with kube-proxy in ipvs mode and ipMode VIP
 (kubeadm's ConfigMap ``kube-system/kube-proxy``, read live or held by a dump;
-docs/design.md §4.10) one more line says what breaks; so does each line of
+docs/design.md §4.10) one more line says what breaks, and so does one when Cilium's
+wildcard entries concern a managed Service (ConfigMap ``kube-system/cilium-config`` and
+the agent Pods, read live or held by a dump; §4.12); so does each line of
 :attr:`Dump.warnings <app.core.dump.Dump.warnings>` (what a live read was not allowed to
 list, and what the answer lacks for it). With no Service to show, the
 table form prints nothing on stdout and ``No resources found[ in NS namespace].`` on
@@ -37,6 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from app.core import ciliumkpr
 from app.core.dump import Dump, DumpError, DumpViews, load_dump, project
 from app.core.kubeproxy import ipvs_hazard, proxy_mode
 from app.core.nodeindex import NodeIndex
@@ -324,6 +327,17 @@ def run_preview(
     hazard = ipvs_hazard(proxy_mode(dump.kube_proxy), selection_settings.ip_mode)
     if hazard is not None:  # kube-proxy in ipvs mode with ipMode VIP (docs/design.md §4.10)
         print(f"Warning: {hazard}", file=stderr)
+    cilium = ciliumkpr.assess(
+        dump.cilium_config,
+        dump.cilium_agent_images,
+        load_balancer_class=selection_settings.load_balancer_class,
+        default_lb_service_ipam=selection_settings.default_lb_service_ipam,
+    ).hazard
+    if cilium is not None and any(
+        cilium.concerns(svc.load_balancer_class) and is_managed(svc, selection_settings)[0]
+        for svc in views.services
+    ):  # Cilium's wildcard entries on the node addresses of such Services (§4.12)
+        print(f"Warning: {cilium.message}", file=stderr)
     missing = [
         (ns or scope.namespace, name)
         for ns, name in scope.names

@@ -110,6 +110,15 @@ KUBE_PROXY_IPVS_HAZARD = Gauge(
     " each other on them (docs/design.md §4.10); else 0 (also when the mode is unknown).",
     registry=REGISTRY,
 )
+CILIUM_WILDCARD_HAZARD = Gauge(
+    "node_ipam_lb_cilium_wildcard_hazard",
+    "1 when Cilium load-balances traffic entering the nodes (kube-proxy-replacement, ConfigMap"
+    " kube-system/cilium-config) on a release that puts wildcard entries on node addresses"
+    " (1.19.0 to 1.19.4) and some of our Services get them: the nodes whose addresses are"
+    " published drop SSH and their own traffic (docs/design.md §4.12); else 0 (also when"
+    " unknown).",
+    registry=REGISTRY,
+)
 NODE_HEALTH_CHECKS = Counter(
     "node_ipam_lb_node_health_checks",
     "kube-proxy /healthz probes of Nodes by the Lease holder, by result (success: HTTP 200;"

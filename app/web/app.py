@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from app import __version__
 from app.config import Settings
+from app.core.hazards import Hazard
 from app.core.health import NO_UNHEALTHY
 from app.telemetry.logs import log_event
 from app.web.auth import AllowAll, Authorizer
@@ -43,7 +44,7 @@ def create_app(
     background: Sequence[BackgroundLike] = (),
     readiness: Sequence[ReadinessLike] = (),
     start_worker: bool = False,
-    kube_proxy_hazard: Callable[[], str | None] = no_hazard,
+    kube_proxy_hazard: Callable[[str | None], Hazard | None] = no_hazard,
     unhealthy: Callable[[], Mapping[str, str]] = lambda: NO_UNHEALTHY,
 ) -> FastAPI:
     """Build the app.
@@ -65,9 +66,9 @@ def create_app(
             in force, :class:`app.web.webhookready.CaBundleReadiness`).
         start_worker: start the review worker process with the app (``serve``), not on
             the first large review (:class:`app.web.limits.ReviewPools`).
-        kube_proxy_hazard: the controller's kube-proxy ipvs warning while it holds, else
-            ``None`` (docs/design.md §4.10); preview adds it to the Services that get
-            addresses.
+        kube_proxy_hazard: the controller's datapath hazard concerning a Service of that
+            ``spec.loadBalancerClass`` while it holds, else ``None`` (docs/design.md
+            §4.10, §4.12); preview adds its message to the Services that get addresses.
         unhealthy: the controller's nodes failing their health checks (§4.11), node name
             -> why; preview selects with them.
 

@@ -16,6 +16,7 @@ from app.controller.events import EventRecorder
 from app.controller.informer import object_key
 from app.controller.manager import Controller
 from app.controller.reconciler import Reconciler
+from app.core.hazards import KUBE_PROXY_IPVS, Hazard
 from app.core.kubeproxy import ipvs_hazard
 from app.core.options import SelectionSettings
 from app.core.views import node_view, service_view
@@ -114,7 +115,7 @@ def test_ipvs_with_vip_is_an_error_line_the_gauge_and_an_event_on_each_service_w
     assert (event["type"], event["action"], event["note"]) == ("Warning", "SelectNodes", HAZARD)
     assert event["regarding"]["name"] == "web"
     assert cluster.ingress("default/web") == ["10.0.0.1", "10.0.0.2"]
-    assert cluster.calls["get configmaps"] == 1
+    assert cluster.calls["get configmaps"] == 2  # kube-proxy's, then Cilium's (§4.12)
 
 
 @pytest.mark.parametrize(
@@ -137,7 +138,7 @@ def test_no_hazard_without_ipvs_and_vip(
     assert info.__dict__["fields"]["mode"] == (mode or "iptables")
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert gauge() == 0
-    assert controller.kube_proxy_hazard() is None
+    assert controller.kube_proxy_hazard(None) is None
     assert not events(cluster, "KubeProxyIPVS")
 
 
@@ -164,11 +165,12 @@ def test_the_read_never_delays_start_and_services_reconciled_before_it_get_the_e
     controller = start(api)
     assert time.monotonic() - began < 1.0
     wait_until(lambda: events(api, "IPsAssigned"), what="web assigned before the read")
-    assert controller.kube_proxy_hazard() is None
+    assert controller.kube_proxy_hazard(None) is None
     assert not events(api, "KubeProxyIPVS")
     api.release.set()
     wait_until(lambda: events(api, "KubeProxyIPVS"), what="the Event after the read")
-    assert controller.kube_proxy_hazard() == HAZARD
+    assert controller.kube_proxy_hazard(None) == Hazard(KUBE_PROXY_IPVS, HAZARD)
+    assert controller.kube_proxy_hazard("io.cilium/node") == Hazard(KUBE_PROXY_IPVS, HAZARD)
     assert api.calls["patch services/status"] == 1, "a reconcile for the Event writes nothing"
 
 
@@ -201,18 +203,18 @@ def test_an_unknown_mode_is_one_info_line_saying_why_and_no_hazard(
     assert why in info.__dict__["fields"]["reason"]
     assert info.levelno == logging.INFO
     assert gauge() == 0
-    assert controller.kube_proxy_hazard() is None
+    assert controller.kube_proxy_hazard(None) is None
     assert not events(cluster, "KubeProxyIPVS")
 
 
-class Hazard:
-    """A switchable ``kube_proxy_hazard`` callable."""
+class Switch:
+    """A switchable ``kube_proxy_hazard`` callable: the ipvs hazard while ``text`` is set."""
 
     def __init__(self) -> None:
         self.text: str | None = HAZARD
 
-    def __call__(self) -> str | None:
-        return self.text
+    def __call__(self, load_balancer_class: str | None) -> Hazard | None:
+        return None if self.text is None else Hazard(KUBE_PROXY_IPVS, self.text)
 
 
 class SaidRecorder(EventRecorder):
@@ -234,7 +236,7 @@ def test_the_event_is_said_once_and_again_after_the_service_had_no_addresses() -
     api = MemoryAPI()
     cache = ClusterCache()
     recorder = SaidRecorder(api)
-    hazard = Hazard()
+    hazard = Switch()
     reconciler = Reconciler(
         cache=cache,
         api=api,
@@ -285,7 +287,7 @@ def test_a_restart_whose_mode_read_comes_late_writes_no_event_again() -> None:
     api = MemoryAPI()
     cache = ClusterCache()
 
-    def term(hazard: Hazard) -> tuple[Reconciler, EventRecorder]:
+    def term(hazard: Switch) -> tuple[Reconciler, EventRecorder]:
         recorder = EventRecorder(api=api, identity="pod-a", clock=lambda: 1e9)
         reconciler = Reconciler(
             cache=cache,
@@ -310,9 +312,9 @@ def test_a_restart_whose_mode_read_comes_late_writes_no_event_again() -> None:
         stored = api.apply(kind, obj)
         view = node_view(stored) if kind == "nodes" else service_view(stored)
         cache.put(kind, object_key(stored), view)  # type: ignore[arg-type]
-    reconcile(*term(Hazard()))
+    reconcile(*term(Switch()))
     assert len(events(api, "KubeProxyIPVS")) == 1
-    late = Hazard()
+    late = Switch()
     late.text = None  # the restarted process has not read the ConfigMap yet
     restarted = term(late)
     reconcile(*restarted)

@@ -46,6 +46,10 @@ ALLOWED = [
              "node-ipam-lb")),
     ("get configmap kube-system/kube-proxy (kube-proxy's mode)",
      Request("get", "", "configmaps", "", "kube-system", "kube-proxy")),
+    ("get configmap kube-system/cilium-config (Cilium's kube-proxy replacement)",
+     Request("get", "", "configmaps", "", "kube-system", "cilium-config")),
+    ("list the Pods of kube-system (Cilium's agents, their release)",
+     Request("list", "", "pods", "", "kube-system")),
 ]  # fmt: skip
 
 DENIED = [
@@ -89,6 +93,14 @@ DENIED = [
      Request("update", "", "configmaps", "", "kube-system", "kube-proxy")),
     ("get a configmap named kube-proxy elsewhere",
      Request("get", "", "configmaps", "", NS, "kube-proxy")),
+    ("watch cilium's configmap",
+     Request("watch", "", "configmaps", "", "kube-system", "cilium-config")),
+    ("change cilium's configmap",
+     Request("update", "", "configmaps", "", "kube-system", "cilium-config")),
+    ("get a configmap named cilium-config elsewhere",
+     Request("get", "", "configmaps", "", NS, "cilium-config")),
+    ("read a DaemonSet in kube-system (Cilium's release comes from its Pods)",
+     Request("get", "apps", "daemonsets", "", "kube-system", "cilium")),
 ]  # fmt: skip
 
 

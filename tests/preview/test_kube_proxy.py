@@ -86,7 +86,7 @@ def test_live_preview_reads_kube_proxys_config_map_and_warns_once(live: FakeApiS
     run = preview("-A")
     assert run.code == 0, run.stderr
     assert run.stderr.count(LINE) == 1
-    assert live.requests().get("get configmaps") == 1
+    assert live.requests().get("get configmaps") == 2  # kube-proxy's, Cilium's (§4.12)
     assert run.stdout == preview("-f", CLUSTER, "-A").stdout
 
 

@@ -16,6 +16,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 
 from app.config import ADMISSION_BODY_LIMIT, Settings
+from app.core.hazards import Hazard
 from app.core.health import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.options import SelectionSettings
@@ -78,7 +79,7 @@ class ReadinessLike(Protocol):
     def ready(self) -> tuple[bool, str]: ...
 
 
-def no_hazard() -> str | None:
+def no_hazard(load_balancer_class: str | None) -> Hazard | None:
     """The :attr:`AppState.kube_proxy_hazard` of an app without a controller: none known."""
     return None
 
@@ -92,8 +93,9 @@ class AppState:
     of ``select`` across requests (:mod:`app.core.selection_memo`); ``background`` are the
     tasks besides the controller that ``/healthz`` checks; ``readiness`` the conditions
     besides the synced cache that ``/readyz`` waits for; ``kube_proxy_hazard`` gives the
-    controller's kube-proxy ipvs warning while it holds, else ``None`` (docs/design.md
-    §4.10), which preview adds to every Service that gets addresses; ``unhealthy`` the
+    controller's datapath hazard concerning a Service of that class while it holds, else
+    ``None`` (kube-proxy's ipvs mode or Cilium's wildcard entries, docs/design.md §4.10,
+    §4.12), whose message preview adds to the Service when it gets addresses; ``unhealthy`` the
     nodes failing their health checks as the controller last decided (§4.11: node name ->
     why; empty off the leader or with health checks off), which preview selects with.
     """
@@ -108,7 +110,7 @@ class AppState:
     background: tuple[BackgroundLike, ...] = ()
     readiness: tuple[ReadinessLike, ...] = ()
     limits: RequestLimits = field(default_factory=lambda: RequestLimits())
-    kube_proxy_hazard: Callable[[], str | None] = no_hazard
+    kube_proxy_hazard: Callable[[str | None], Hazard | None] = no_hazard
     unhealthy: Callable[[], Mapping[str, str]] = lambda: NO_UNHEALTHY
 
 

@@ -303,7 +303,7 @@ def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewI
     """``select`` for ``service`` on the cache, then port ownership against the cache's
     port index (docs/design.md §4.9), as the reconciler decides it, with the controller's
     health view (§4.11); a Service that gets addresses also carries the controller's
-    kube-proxy ipvs warning (§4.10)."""
+    datapath hazard concerning it (§4.10, §4.12)."""
     index = cache.node_index()
     now = state.clock()
     unhealthy = state.unhealthy()
@@ -327,11 +327,12 @@ def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewI
         settings=state.selection,
     )
     item = selection.to_dict()
-    # kube-proxy in ipvs mode with ipMode VIP (docs/design.md §4.10): said on every
-    # Service that gets addresses, as its KubeProxyIPVS Event says it.
-    hazard = state.kube_proxy_hazard() if selection.ingress else None
+    # kube-proxy in ipvs mode with ipMode VIP, Cilium's wildcard entries (docs/design.md
+    # §4.10, §4.12): said on the Services they concern that get addresses, as their
+    # Warning Event says it.
+    hazard = state.kube_proxy_hazard(service.load_balancer_class) if selection.ingress else None
     if hazard is not None:
-        item["warnings"] = [*item["warnings"], hazard]
+        item["warnings"] = [*item["warnings"], hazard.message]
     controller = state.controller
     if (
         selection.managed
