@@ -51,17 +51,18 @@ from app.controller.events import (
 from app.core.hazards import Hazard
 from app.core.health import NO_HEALTH, NO_UNHEALTHY, HealthView
 from app.core.nodeindex import NodeIndex
-from app.core.nodeipam import Selection, Summary, is_managed, select, summarise
+from app.core.nodeipam import Selection, Summary, has_our_class, is_managed, select, summarise
 from app.core.options import SelectionSettings
 from app.core.ports import (
     OWNERSHIP_FIELDS,
     Ownership,
     claims,
     decide,
+    port_key,
+    stale_ingress,
     stored_vip_ips,
-    with_port_status,
 )
-from app.core.status import ingress_differs
+from app.core.status import PortRecord, status_differs, with_ports
 from app.core.text import elide, elide_bytes
 from app.core.verdicts import ASSIGNED
 from app.core.views import EndpointSliceView, ServiceView
@@ -72,12 +73,14 @@ from app.telemetry.logs import log_event
 LOG = logging.getLogger("node_ipam_lb.reconciler")
 
 
-def status_patch(ingress: tuple[dict[str, str], ...]) -> dict[str, Any]:
-    """The merge patch body that sets ``status.loadBalancer.ingress`` and nothing else.
-
-    The entries are the Outcome's own (read-only, shared by every Service with that
-    Outcome), not copies: the body is only encoded."""
-    return {"status": {"loadBalancer": {"ingress": list(ingress)}}}
+def status_patch(
+    ingress: Sequence[Mapping[str, Any]], ports: PortRecord | None = None
+) -> dict[str, Any]:
+    """The merge patch body that sets ``status.loadBalancer.ingress`` and nothing else,
+    each entry recording ``ports`` (docs/design.md §4.9; built for the body only: the
+    Outcome's entries stay shared by every Service with that Outcome)."""
+    entries = list(with_ports(ingress, ports)) if ports else list(ingress)
+    return {"status": {"loadBalancer": {"ingress": entries}}}
 
 
 NAMES_SHOWN = 3
@@ -289,7 +292,7 @@ class Outcome:
 SELECTION_FIELDS = tuple(
     f.name
     for f in dataclasses.fields(ServiceView)
-    if f.compare and f.name not in ("ingress", "resource_version")
+    if f.compare and f.name not in ("ingress", "ingress_ports", "resource_version")
 )
 """The ServiceView fields a reconcile's result can depend on: all but the status, the
 version and the fields left out of equality (``uid``: our Events' ``regarding`` only)."""
@@ -398,12 +401,18 @@ class _Written:
     opaque)."""
 
     older: tuple[str | None, ...]
-    ingress: tuple[dict[str, str], ...]
+    ingress: tuple[dict[str, Any], ...]
+    ports: PortRecord = ()
     answered: str | None = None
 
     @classmethod
     def after(
-        cls, previous: _Written | None, *, over: str | None, ingress: tuple[dict[str, str], ...]
+        cls,
+        previous: _Written | None,
+        *,
+        over: str | None,
+        ingress: tuple[dict[str, Any], ...],
+        ports: PortRecord = (),
     ) -> _Written:
         """The record of a write over version ``over`` following ``previous``: the chain
         goes on when ``over`` is still older than ``previous`` (its echo not seen)."""
@@ -411,7 +420,7 @@ class _Written:
         if previous is not None and over in previous.older:
             chain = (*previous.older, previous.answered)
             older = (*(v for v in chain if v is not None and v != over), over)
-        return cls(older=older[-OLDER_VERSIONS_KEPT:], ingress=ingress)
+        return cls(older=older[-OLDER_VERSIONS_KEPT:], ingress=ingress, ports=ports)
 
 
 class Reconciler:
@@ -477,7 +486,9 @@ class Reconciler:
             return False
         with self._lock:
             written = self._written.get(service_key(new.namespace, new.name))
-        if written is None or ingress_differs(written.ingress, new.ingress):
+        if written is None or status_differs(
+            written.ingress, written.ports, new.ingress, new.ingress_ports
+        ):
             return False
         # Only right after a version known to be older than that write: when a version
         # we do not know came in between (a write the server applied while we saw an
@@ -497,6 +508,9 @@ class Reconciler:
         namespace, _, name = key.partition("/")
         service = self._cache.service(namespace, name)
         if service is None or not is_managed(service, self._settings)[0]:
+            if service is not None:
+                ours = has_our_class(service, self._settings)
+                self._withdraw(key, service, stale_ingress(service, ours=ours))
             self._forget(key, namespace, name)
             return None
         now = self._wall()
@@ -510,22 +524,22 @@ class Reconciler:
         outcome = self._shared.outcome(service, index, slices, now, unhealthy)
         if outcome.error is not None or outcome.ingress is None:
             self._invalid_selector(key, namespace, name, outcome, service)
+            self._withdraw(key, service, stale_ingress(service, ours=True))
             return None
         outcome = self._owned(service, outcome, index, now, unhealthy)
         assert outcome.ingress is not None  # owned() keeps it a list
-        if outcome.ingress and service.ports:
-            # Each entry records the ports it is published for (per-port incumbency, §4.9).
-            outcome = dataclasses.replace(
-                outcome, ingress=with_port_status(outcome.ingress, service)
-            )
         desired = outcome.ingress
         assert desired is not None
+        # Each entry records the ports it is published for (per-port incumbency, §4.9).
+        ports = port_key(service) if desired else ()
         with self._lock:
             self._errors.pop(key, None)
         wrote = False
-        stored = self._stored(key, service)
-        if self._always_write or ingress_differs(desired, stored):
-            wrote = self._write(key, namespace, name, service.resource_version, outcome)
+        stored, stored_ports = self._stored(key, service)
+        if self._always_write or status_differs(desired, ports, stored, stored_ports):
+            wrote = self._write(
+                key, namespace, name, service.resource_version, outcome, ports=ports
+            )
             if not wrote:
                 return None
         waiting = self._waiting_until(service, outcome, published=bool(stored), now=now)
@@ -629,22 +643,32 @@ class Reconciler:
         )
         return outcome.owned(ownership, index.node_of) if ownership.lost else outcome
 
-    def _stored(self, key: str, service: ServiceView) -> tuple[Mapping[str, Any], ...] | None:
+    def _stored(
+        self, key: str, service: ServiceView
+    ) -> tuple[tuple[Mapping[str, Any], ...] | None, PortRecord | None]:
         """The ingress the API server holds as far as we know: what we last wrote while the
         cache still shows a version older than that write (the version we wrote over, or
         the echo of one of our earlier writes: :class:`_Written`), else the cached value.
         Comparing with the cache alone would lose an update when a later change wants the
         old value back before the echo arrives, and would write again when the echo of
         an earlier write of ours arrives after a later write (a watch that reconnects
-        after an API server restart delivers them late)."""
+        after an API server restart delivers them late). Returns the entries and the ports
+        they share (:attr:`~app.core.views.ServiceView.ingress_ports`)."""
         with self._lock:
             written = self._written.get(key)
         if written is not None and service.resource_version in written.older:
-            return written.ingress
-        return service.ingress
+            return written.ingress, written.ports
+        return service.ingress, service.ingress_ports
 
     def _write(
-        self, key: str, namespace: str, name: str, version: str | None, selection: Outcome
+        self,
+        key: str,
+        namespace: str,
+        name: str,
+        version: str | None,
+        selection: Outcome,
+        *,
+        ports: PortRecord = (),
     ) -> bool:
         assert selection.ingress is not None
         if not self._is_leader():
@@ -652,11 +676,11 @@ class Reconciler:
         # Recorded before the request: the watch echo can be handled before the response.
         with self._lock:
             previous = self._written.get(key)
-            record = _Written.after(previous, over=version, ingress=selection.ingress)
+            record = _Written.after(previous, over=version, ingress=selection.ingress, ports=ports)
             self._written[key] = record
         try:
             answered = self._api.patch_service_status(
-                namespace=namespace, name=name, patch=status_patch(selection.ingress)
+                namespace=namespace, name=name, patch=status_patch(selection.ingress, ports)
             )
         except ApiError as err:
             with self._lock:
@@ -818,6 +842,29 @@ class Reconciler:
                 "InvalidNodeSelector",
                 "SelectNodes",
                 invalid_selector_note(error, service.match_node_labels),
+            ),
+            uid=service.uid,
+        )
+
+    def _withdraw(self, key: str, service: ServiceView, why: str | None) -> None:
+        """Clear the stored ingress of a Service that is not decided (not managed, or a
+        selector that does not parse) when ``why`` says it must go (:func:`
+        app.core.ports.stale_ingress`, docs/design.md §3, §4.9): one status write, a log
+        line and a Warning Event ``StaleIngressWithdrawn``. Errors propagate as a
+        write's do (the worker retries with backoff)."""
+        if why is None or not self._is_leader():
+            return
+        namespace, name = service.namespace, service.name
+        self._api.patch_service_status(namespace=namespace, name=name, patch=status_patch(()))
+        log_event(LOG, "stale ingress withdrawn", level=logging.WARNING, service=key, why=why)
+        self._recorder.emit(
+            namespace=namespace,
+            name=name,
+            event=ServiceEvent(
+                WARNING,
+                "StaleIngressWithdrawn",
+                "SelectNodes",
+                elide_bytes(f"node addresses withdrawn: {why}", NOTE_LIMIT_BYTES),
             ),
             uid=service.uid,
         )
