@@ -39,6 +39,10 @@ RESERVED_PORT_EXCEPTIONS_HELP = (
     " several PORTS joined by '+', e.g. infra/bastion:22"
 )
 ALLOWED_NAMESPACES_HELP = "Namespaces whose Services may get node addresses, comma-separated"
+HOST_PORT_PODS_HELP = (
+    "Port ownership honours every Pod's hostPort (lists and watches all Pods); off:"
+    " hostNetwork Pods only, and a Service may take a hostPort Pod's port"
+)
 
 
 def _version(value: bool) -> None:
@@ -113,9 +117,9 @@ def preview(
             "--filename",
             metavar="FILE",
             help="Cluster dump (kubectl get nodes,services,endpointslices -A -o yaml|json,"
-            " and in a file of its own kubectl get pods -A --field-selector"
-            " spec.hostNetwork=true -o yaml|json); '-' reads stdin. Repeatable. Without it"
-            " the live cluster is read.",
+            " and in a file of its own kubectl get pods -A -o yaml|json, of which the Pods"
+            " that hold node ports are kept); '-' reads stdin. Repeatable. Without it the"
+            " live cluster is read.",
             show_default=False,
         ),
     ] = None,
@@ -181,6 +185,10 @@ def preview(
         str | None,
         typer.Option(help=ALLOWED_NAMESPACES_HELP, show_default="every namespace"),
     ] = None,
+    host_port_pods: Annotated[
+        bool | None,
+        typer.Option("--host-port-pods/--no-host-port-pods", help=HOST_PORT_PODS_HELP),
+    ] = None,
 ) -> None:
     """Show the ingress each Service gets and why, from a dump or the live cluster
     (docs/design.md §8). Settings flags are also NODE_IPAM_* variables, as for serve."""
@@ -201,14 +209,18 @@ def preview(
         "reserved_node_ports": reserved_node_ports,
         "reserved_port_exceptions": reserved_port_exceptions,
         "allowed_namespaces": allowed_namespaces,
+        "host_port_pods": host_port_pods,
     }
     try:
-        settings = from_flags(SelectionConfig, flags).selection()
+        config = from_flags(SelectionConfig, flags)
+        settings = config.selection()
         live = None
         if not filename:
             from app.preview.live import LiveCluster
 
-            live = LiveCluster(kubeconfig=kubeconfig, context=context)
+            live = LiveCluster(
+                kubeconfig=kubeconfig, context=context, host_port_pods=config.host_port_pods
+            )
         scope = parse_scope(
             names or [],
             namespace=namespace,
@@ -226,6 +238,7 @@ def preview(
         stderr=sys.stderr,
         scope=scope,
         source=(lambda: live.read(scope)) if live is not None else None,
+        host_port_pods=config.host_port_pods,
     )
     raise typer.Exit(code)
 
@@ -316,6 +329,9 @@ def serve(
     ] = None,
     allowed_namespaces: Annotated[
         str | None, _flag(ALLOWED_NAMESPACES_HELP, default="every namespace")
+    ] = None,
+    host_port_pods: Annotated[
+        bool | None, _flag(HOST_PORT_PODS_HELP, "--host-port-pods/--no-host-port-pods")
     ] = None,
     workers: Annotated[int | None, _flag("Concurrent reconciles")] = None,
     auth: Annotated[

@@ -58,8 +58,9 @@ CERT_SECONDS_MAX = 100 * 365 * DAY_SECONDS
 class SelectionConfig(BaseSettings):
     """The selection settings (docs/design.md §2, §4.7) from ``NODE_IPAM_*`` variables and
     keyword arguments (flags win): what ``preview`` reads, and the first fields of
-    :class:`Settings`. Validation errors are :class:`pydantic.ValidationError` naming
-    the field."""
+    :class:`Settings`. All but ``host_port_pods`` (which Pods are read, not how they are
+    judged) make up :meth:`selection`. Validation errors are
+    :class:`pydantic.ValidationError` naming the field."""
 
     # allow_inf_nan=False: every float setting is finite ("inf", "nan" are errors naming it).
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", allow_inf_nan=False)
@@ -77,6 +78,12 @@ class SelectionConfig(BaseSettings):
     reserved_node_ports: str = DEFAULT_RESERVED_NODE_PORTS
     reserved_port_exceptions: str = ""
     allowed_namespaces: str = ""
+    # Which Pods hold node ports (docs/design.md §4.9, §10): true (the safe side) lists
+    # and watches every Pod and keeps those that hold one (hostNetwork containerPorts and
+    # any Pod's hostPorts); false lists spec.hostNetwork=true Pods only, so a hostPort
+    # Pod's port can be published for a Service of another namespace. Not a selection
+    # input: it decides what the informer, the live preview and a dump read.
+    host_port_pods: bool = True
 
     def selection(self) -> SelectionSettings:
         """Return the pure :class:`SelectionSettings` view of these settings.

@@ -1,11 +1,11 @@
 """The in-memory cluster state the informers keep: slim views only (docs/design.md §5).
 
 :class:`ClusterCache` holds :class:`~app.core.views.NodeView`, :class:`~app.core.views.ServiceView`,
-:class:`~app.core.views.EndpointSliceView` and :class:`~app.core.views.PodView` (host-network
-Pods only) objects, never full API objects, keyed like client-go's ``MetaNamespaceKeyFunc``
-(``name`` for Nodes, ``namespace/name`` otherwise), with an index of EndpointSlices by
-``namespace/<kubernetes.io/service-name>`` and the port index of Services and Pods
-(docs/design.md §4.9). Informer threads write, workers and the web layer read; every method
+:class:`~app.core.views.EndpointSliceView` and :class:`~app.core.views.PodView` (Pods that
+hold node ports only) objects, never full API objects, keyed like client-go's
+``MetaNamespaceKeyFunc`` (``name`` for Nodes, ``namespace/name`` otherwise), with an index
+of EndpointSlices by ``namespace/<kubernetes.io/service-name>`` and the port index of
+Services and Pods (docs/design.md §4.9). Informer threads write, workers and the web layer read; every method
 is thread-safe.
 """
 
@@ -23,8 +23,10 @@ from app.core.views import EndpointSliceView, NodeView, PodView, ServiceView
 from app.kube.client import Kind
 
 KINDS: tuple[Kind, ...] = ("nodes", "services", "endpointslices", "pods")
-"""The watched kinds; ``pods`` are the ``hostNetwork: true`` Pods (the informer lists and
-watches them with ``fieldSelector=spec.hostNetwork=true``, app.kube.client.FIELD_SELECTORS)."""
+"""The watched kinds; of the ``pods`` only those that hold a node port are stored (a
+``hostNetwork: true`` Pod's ``containerPort``, another Pod's ``hostPort``:
+app.controller.manager.host_pod_view; with ``host-port-pods`` off the informer lists the
+``hostNetwork: true`` ones only, app.kube.client.pod_field_selector)."""
 
 View = Any
 """A NodeView, ServiceView, EndpointSliceView or PodView (the store of each kind holds one
@@ -43,7 +45,7 @@ class ClusterCache:
     """Thread-safe store of the four watched kinds (:data:`KINDS`); see the module docstring.
 
     It also keeps the port index of docs/design.md §4.9 (:class:`~app.core.ports.PortIndex`),
-    updated with every Service and host-network Pod it stores; ``selection`` decides which
+    updated with every Service and port-holding Pod it stores; ``selection`` decides which
     Services are managed there (default: the default settings)."""
 
     def __init__(self, selection: SelectionSettings | None = None) -> None:
@@ -59,7 +61,7 @@ class ClusterCache:
     @property
     def synced(self) -> bool:
         """True after the first full list of every kind of :data:`KINDS` has been stored
-        (host-network Pods included: port ownership must not be decided without them)."""
+        (the Pods included: port ownership must not be decided without them)."""
         with self._lock:
             return len(self._synced) == len(KINDS)
 
@@ -207,7 +209,8 @@ class ClusterCache:
             return self._ports.node_port_holders(key)
 
     def pods(self, key: PortKey) -> list[PodView]:
-        """host-network Pods declaring ``key`` as a containerPort."""
+        """Pods holding ``key`` on their node (a host-network ``containerPort`` or a
+        ``hostPort``)."""
         with self._lock:
             return self._ports.pods(key)
 

@@ -8,6 +8,15 @@ after an exponential backoff (0.2 s doubling to 30 s, reset after a working watc
 sooner than the answer's ``Retry-After``, e.g. a 429 from API Priority and Fairness). Objects
 are turned into slim views at once; the raw dict is dropped.
 
+An optional ``field_selector`` goes on the List and on every watch (client-go's
+``NewFilteredListWatchFromClient`` with ``options.FieldSelector``). What no selector can
+express is filtered here, before the cache (client-go's ``TransformFunc`` runs at the same
+place): a ``to_view`` that returns ``None`` keeps nothing of the object. On a List it is
+left out, so the cache and the memory hold only what is kept; on a watch event it is a
+deletion of the key (an object that stopped being kept leaves the cache and its handler
+hears ``(key, old, None)``), and an object that was never kept and still is not costs one
+dictionary lookup and no change, no handler call.
+
 Nothing but :meth:`Informer.stop` ends the thread: an exception from the handler or the view
 conversion is logged with its traceback and only that change is skipped (the watch goes on
 from the same position); any other unexpected exception in a list/watch cycle is logged,
@@ -56,7 +65,9 @@ class Informer:
     """Keeps ``cache``'s ``kind`` store in step with the API and reports every change.
 
     ``handler(kind, changes)`` is called on the informer thread after the cache is
-    updated; it must be quick (enqueue keys, nothing more).
+    updated; it must be quick (enqueue keys, nothing more). ``to_view`` returns the view
+    to cache or ``None`` (keep nothing of this object); ``field_selector`` is sent with
+    every List and watch (module docstring).
     """
 
     def __init__(
@@ -72,8 +83,10 @@ class Informer:
         backoff_initial: float = 0.2,
         backoff_max: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        field_selector: str | None = None,
     ) -> None:
         self.kind: Kind = kind
+        self.field_selector = field_selector
         self._api = api
         self._cache = cache
         self._to_view = to_view
@@ -171,32 +184,44 @@ class Informer:
         views: dict[str, View] = {}
         continue_token: str | None = None
         version = ""
+        read = 0
         while True:
             page = self._api.list_page(
-                self.kind, limit=self._page_size, continue_token=continue_token
+                self.kind,
+                limit=self._page_size,
+                continue_token=continue_token,
+                field_selector=self.field_selector,
             )
             meta = page.get("metadata") if isinstance(page.get("metadata"), Mapping) else {}
             assert isinstance(meta, Mapping)
             items = page.get("items")
+            read += len(items) if isinstance(items, list) else 0
             for obj in items if isinstance(items, list) else []:
                 key, view = self._view(obj)
                 if key is not None and view is not None:
                     views[key] = view
             version = str(meta.get("resourceVersion") or version)
             continue_token = meta.get("continue") or None
+            del page, items, meta  # one page of raw objects in memory at a time
             if continue_token is None:
                 break
             self.last_activity = self._clock()
         changes = self._cache.replace(self.kind, views)
         self.lists += 1
         self.last_activity = self._clock()
-        log_event(LOG, "listed", kind=self.kind, count=len(views), resourceVersion=version)
+        # count: objects kept (cached); read: objects the List returned.
+        log_event(
+            LOG, "listed", kind=self.kind, count=len(views), read=read, resourceVersion=version
+        )
         self._notify(changes)
         return version
 
     def _watch(self, resource_version: str) -> tuple[str, int]:
         stream = self._api.watch(
-            self.kind, resource_version=resource_version, timeout_seconds=self._watch_timeout
+            self.kind,
+            resource_version=resource_version,
+            timeout_seconds=self._watch_timeout,
+            field_selector=self.field_selector,
         )
         with self._lock:
             self._stream = stream
@@ -230,6 +255,8 @@ class Informer:
         if key is None:
             return version
         if kind == "DELETED" or view is None:
+            # Also an object that is not (or no longer) kept: deleting a key the cache
+            # does not hold changes nothing and reports nothing.
             old = self._cache.delete(self.kind, key)
             if old is not None:
                 self._notify([(key, old, None)])

@@ -4,8 +4,9 @@ under leader election (docs/design.md §5).
 Every replica runs the informers (admission and preview read the cache). Only the leader
 enqueues and reconciles: worker threads exist on every replica but the queue is fed only
 while leading, and each status write re-checks leadership. Keys are enqueued once the four
-kinds (Nodes, Services, EndpointSlices, host-network Pods) are synced; on that moment and on
-every acquisition of the Lease, every Service is enqueued once (the queue deduplicates).
+kinds (Nodes, Services, EndpointSlices, Pods that hold node ports) are synced; on that moment
+and on every acquisition of the Lease, every Service is enqueued once (the queue
+deduplicates).
 
 Which keys an event enqueues is :mod:`app.controller.triggers`.
 """
@@ -46,7 +47,7 @@ from app.core.views import (
     pod_view,
     service_view,
 )
-from app.kube.client import ApiError, Kind, KubeAPI, KubernetesAPI
+from app.kube.client import ApiError, Kind, KubeAPI, KubernetesAPI, pod_field_selector
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
 
@@ -63,19 +64,23 @@ AGENT_PAGES = 20
 §4.12) reads at most this many pages of :data:`AGENT_PAGE_SIZE` Pods."""
 
 
-def host_pod_view(obj: Mapping[str, Any]) -> PodView | None:
-    """:func:`app.core.views.pod_view` of a Pod that holds a port, else ``None`` (the
-    informer then keeps nothing of it, or drops what it kept): a Pod not on the host
-    network, not bound, ended or declaring no ``containerPort`` blocks no address
-    (docs/design.md §4.9), so only the Pods that do cost memory. The API server already
-    sends only host-network Pods (``fieldSelector=spec.hostNetwork=true``); this also
-    keeps any other Pod out of the cache should a server send it anyway.
+def host_pod_view(obj: Mapping[str, Any], *, host_port_pods: bool = True) -> PodView | None:
+    """:func:`app.core.views.pod_view` of a Pod that holds a node port, else ``None`` (the
+    informer then keeps nothing of it, or drops what it kept): a Pod not bound, ended, or
+    declaring neither a ``containerPort`` on the host network nor a ``hostPort`` blocks no
+    address (docs/design.md §4.9), so only the Pods that do cost memory. With
+    ``host_port_pods`` (the ``host-port-pods`` setting, docs/design.md §10) the informer
+    lists every Pod and this is the only filter; without it the API server sends only
+    ``hostNetwork: true`` Pods (``fieldSelector=spec.hostNetwork=true``) and this also
+    keeps any other Pod out of the cache should a server send one anyway.
 
     Raises:
         ViewError: as :func:`~app.core.views.pod_view`.
     """
     view = pod_view(obj)
-    return view if view.ports else None
+    if not view.holds_ports or not (host_port_pods or view.host_network):
+        return None
+    return view
 
 
 class Controller:
@@ -174,7 +179,7 @@ class Controller:
             "nodes": node_view,
             "services": partial(service_view, match_node_labels_annotation=annotation),
             "endpointslices": endpoint_slice_view,
-            "pods": host_pod_view,
+            "pods": partial(host_pod_view, host_port_pods=settings.host_port_pods),
         }
         self.informers = [
             Informer(
@@ -184,6 +189,9 @@ class Controller:
                 to_view=views[kind],
                 handler=self._on_changes,
                 watch_timeout_seconds=settings.watch_timeout_seconds,
+                field_selector=(
+                    pod_field_selector(settings.host_port_pods) if kind == "pods" else None
+                ),
             )
             for kind in views
         ]
@@ -249,8 +257,8 @@ class Controller:
         log_event(LOG, "controller stopped", identity=self.identity)
 
     def ready(self) -> bool:
-        """True once the first full list of Nodes, Services, EndpointSlices and host-network
-        Pods is cached."""
+        """True once the first full list of Nodes, Services, EndpointSlices and Pods (those
+        that hold node ports) is cached."""
         return self.cache.synced
 
     def healthy(self) -> tuple[bool, str]:
@@ -551,9 +559,9 @@ class Controller:
                 yield from self.cache.related(ports) - {key}
 
     def _pod_keys(self, changes: list[Change]) -> Iterator[str]:
-        """The keys a batch of host-network Pod changes enqueues: the managed Services that
-        have a port the old or new Pod declares (port ownership, docs/design.md §4.9: the
-        Pod takes or frees those ports on its node's addresses). Lazy, like
+        """The keys a batch of Pod changes (Pods that hold node ports) enqueues: the managed
+        Services that have a port the old or new Pod holds (port ownership, docs/design.md
+        §4.9: the Pod takes or frees those ports on its node's addresses). Lazy, like
         :meth:`_service_keys`: the port index is read only while leading and synced."""
         ports = {
             p for _, old, new in changes for view in (old, new) if view for p in pod_ports(view)

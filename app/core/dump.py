@@ -1,11 +1,12 @@
 """Read cluster dumps: what ``kubectl get nodes,services,endpointslices -A -o yaml|json`` prints,
-and ``kubectl get pods -A --field-selector spec.hostNetwork=true -o yaml|json``.
+and ``kubectl get pods -A -o yaml|json``.
 
 Accepted: a ``v1`` ``List`` (or ``NodeList``-style typed list), multi-document YAML, JSON,
 single objects, any mix across several files; ``-`` is standard input. ``v1`` Pods are
-kept when ``spec.hostNetwork`` is ``true`` (their ``containerPort`` blocks their node's
-addresses, docs/design.md §4.9; what the controller's Pod informer lists with that field
-selector); other Pods, and objects of other kinds or API groups (a Knative
+kept when they hold a node port (:func:`holds_node_ports`: a ``hostNetwork: true`` Pod's
+``containerPort``, any other Pod's ``hostPort`` block their node's addresses,
+docs/design.md §4.9; what the controller's Pod informer keeps); other Pods, and objects
+of other kinds or API groups (a Knative
 ``serving.knative.dev/v1`` Service), are skipped, except kubeadm's ConfigMap
 ``kube-system/kube-proxy`` (kube-proxy's mode, docs/design.md §4.10), which is kept as it
 is (nothing of it is read until :func:`app.core.kubeproxy.proxy_mode` reads its mode,
@@ -15,7 +16,7 @@ images (docs/design.md §4.12, read by :func:`app.core.ciliumkpr.assess`, never 
 What counts as **unusable input** (:class:`DumpError`, exit code 2 in
 ``node-ipam-lb preview``): a file that cannot be read, text that is neither YAML nor JSON,
 a document or ``items`` entry that is not a Kubernetes object (no ``kind``), a List whose
-``items`` is not a list, and a Node/Service/EndpointSlice/host-network Pod that cannot be projected
+``items`` is not a list, and a Node/Service/EndpointSlice/Pod that cannot be projected
 (:class:`app.core.views.ViewError`: no ``metadata.name``, a field of the wrong JSON type).
 Garbage *content* is not unusable: a Node address that is not an IP is dropped and
 reported in that Node's verdicts, and a malformed selector annotation is that Service's
@@ -51,7 +52,8 @@ from app.core.views import (
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_OBJECTS = 1_000_000
-"""Most Kubernetes objects one ``load_dump`` call reads (a 5,000-node cluster has ~50,000)."""
+"""Most Kubernetes objects one ``load_dump`` call reads, kept or not (a 5,000-node cluster
+has ~50,000 Nodes, Services and EndpointSlices, and up to 150,000 Pods)."""
 _LONG_INTEGER = re.compile(rf"\d{{{sys.get_int_max_str_digits() + 1},}}")
 """An integer literal longer than Python converts (``sys.get_int_max_str_digits()``)."""
 _SURROGATE_HINT = re.compile(r"\\u[dD][89a-fA-F]|\\U0000[dD][89a-fA-F]|[\ud800-\udfff]")
@@ -91,7 +93,7 @@ _KINDS = {
     "Node": ("nodes", ("v1",)),
     "Service": ("services", ("v1",)),
     "EndpointSlice": ("endpoint_slices", ("discovery.k8s.io/v1", "discovery.k8s.io/v1beta1")),
-    "Pod": ("pods", ("v1",)),  # hostNetwork: true ones only (is_host_network)
+    "Pod": ("pods", ("v1",)),  # those that hold a node port only (holds_node_ports)
 }
 
 
@@ -104,8 +106,8 @@ class Dump:
     """Objects read from dumps, as plain dicts, in reading order.
 
     ``origins`` maps ``id(obj)`` to where it was read (``cluster.yaml: items[3]``), see
-    :meth:`where`; ``skipped`` counts objects of other kinds by kind (and Pods that are not
-    ``hostNetwork: true``); ``empty`` names the files without any object (an empty file, a
+    :meth:`where`; ``skipped`` counts objects of other kinds by kind (and Pods that hold no
+    node port); ``empty`` names the files without any object (an empty file, a
     List with no items).
     """
 
@@ -113,8 +115,8 @@ class Dump:
     services: list[dict[str, Any]] = field(default_factory=list)
     endpoint_slices: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
-    """The ``hostNetwork: true`` Pods (docs/design.md §4.9: their ``containerPort`` blocks
-    the addresses of their node)."""
+    """The Pods that hold a node port (:func:`holds_node_ports`; docs/design.md §4.9: they
+    block the addresses of their node)."""
     origins: dict[int, str] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     empty: list[str] = field(default_factory=list)
@@ -149,7 +151,7 @@ class DumpViews:
     services: list[ServiceView]
     endpoint_slices: list[EndpointSliceView]
     pods: list[PodView] = field(default_factory=list)
-    """The host-network Pods, for the port index (docs/design.md §4.9)."""
+    """The Pods that hold a node port, for the port index (docs/design.md §4.9)."""
     duplicates: list[str] = field(default_factory=list)
     """One line per object read more than once (same kind, namespace and name), naming
     it and where the copy that wins was read."""
@@ -323,14 +325,33 @@ def is_kube_proxy_config_map(obj: Mapping[str, Any]) -> bool:
 
 def is_host_network(obj: Mapping[str, Any]) -> bool:
     """True when Pod ``obj`` has ``spec.hostNetwork: true``: the Pods the controller's
-    informer lists (``fieldSelector=spec.hostNetwork=true``, ``app.kube.client``) and the
-    only ones whose ``containerPort`` holds a port of their node (docs/design.md §4.9)."""
+    informer lists with ``host-port-pods`` off (``fieldSelector=spec.hostNetwork=true``,
+    ``app.kube.client.pod_field_selector``)."""
     spec = obj.get("spec")
     return isinstance(spec, Mapping) and spec.get("hostNetwork") is True
 
 
-def load_dump(paths: Sequence[str]) -> Dump:
-    """Read every file of ``paths`` (``"-"`` = standard input) into a :class:`Dump`.
+def holds_node_ports(obj: Mapping[str, Any], *, host_port_pods: bool = True) -> bool:
+    """True when Pod ``obj`` holds a port of its node (docs/design.md §4.9), as the
+    controller's Pod informer keeps it (``app.controller.manager.host_pod_view``): its
+    :func:`~app.core.views.pod_view` holds ports (a bound Pod that has not ended, with a
+    ``containerPort`` on the host network or a ``hostPort``); with ``host_port_pods``
+    false (the ``host-port-pods`` setting, docs/design.md §10) only a ``hostNetwork:
+    true`` Pod counts. A Pod that cannot be projected (a field of the wrong type) is
+    kept, so that :func:`project` reports it as unusable input naming the object, rather
+    than the port it may hold being silently ignored."""
+    if not host_port_pods and not is_host_network(obj):
+        return False
+    try:
+        return pod_view(obj).holds_ports
+    except ViewError:
+        return True
+
+
+def load_dump(paths: Sequence[str], *, host_port_pods: bool = True) -> Dump:
+    """Read every file of ``paths`` (``"-"`` = standard input) into a :class:`Dump`; of
+    the Pods only those that hold a node port are kept (:func:`holds_node_ports` with
+    ``host_port_pods``).
 
     Raises:
         DumpError: unusable input (see the module docstring and :func:`parse_documents`),
@@ -365,9 +386,10 @@ def load_dump(paths: Sequence[str]) -> Dump:
                 if (
                     not attr
                     or obj.get("apiVersion", versions[0]) not in versions
-                    or (kind == "Pod" and not is_host_network(obj))
+                    or (kind == "Pod" and not holds_node_ports(obj, host_port_pods=host_port_pods))
                 ):
-                    # e.g. a Pod on the Pod network, or a Knative serving.knative.dev/v1 Service
+                    # e.g. a Pod that holds no node port (most), or a Knative
+                    # serving.knative.dev/v1 Service
                     dump.skipped[kind] = dump.skipped.get(kind, 0) + 1
                     continue
                 getattr(dump, attr).append(obj)
@@ -378,14 +400,20 @@ def load_dump(paths: Sequence[str]) -> Dump:
 
 
 def load_views(
-    paths: Sequence[str], *, match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
+    paths: Sequence[str],
+    *,
+    match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION,
+    host_port_pods: bool = True,
 ) -> DumpViews:
     """:func:`load_dump`, then :func:`project`.
 
     Raises:
         DumpError: unusable input (see both).
     """
-    return project(load_dump(paths), match_node_labels_annotation=match_node_labels_annotation)
+    return project(
+        load_dump(paths, host_port_pods=host_port_pods),
+        match_node_labels_annotation=match_node_labels_annotation,
+    )
 
 
 def project(

@@ -32,7 +32,7 @@ import time
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -53,17 +53,26 @@ COLLECTIONS: dict[str, str] = {
 }
 """Cluster-wide collection path of each watched kind."""
 
-FIELD_SELECTORS: dict[str, str] = {"pods": "spec.hostNetwork=true"}
-"""The ``fieldSelector`` every List and watch of a kind sends: of the Pods only the
-``hostNetwork: true`` ones, which port ownership reads (docs/design.md §4.9); the API
-server filters them (kube-apiserver ``pkg/registry/core/pod/strategy.go``
-``ToSelectableFields`` has ``spec.hostNetwork``), so the others never cross the wire."""
+HOST_NETWORK_PODS = "spec.hostNetwork=true"
+"""The Pod ``fieldSelector`` when ``host-port-pods`` is off (docs/design.md §5, §10): only
+``hostNetwork: true`` Pods cross the wire (kube-apiserver ``pkg/registry/core/pod/strategy.go``
+``ToSelectableFields`` has ``spec.hostNetwork``). There is no field label for
+``hostPort``, so the Pods that hold a node port through the CNI ``portmap`` plugin can only
+be found by listing every Pod (:func:`pod_field_selector`)."""
+
+
+def pod_field_selector(host_port_pods: bool) -> str | None:
+    """The ``fieldSelector`` of every Pod List and watch: ``None`` (every Pod; the caller
+    keeps those that hold a node port) when ``host_port_pods`` is true, else
+    :data:`HOST_NETWORK_PODS` (docs/design.md §10, ``host-port-pods``)."""
+    return None if host_port_pods else HOST_NETWORK_PODS
+
 
 LIST_PAGE_SIZE = 500
 """Page size of :meth:`KubernetesAPI.list_items` (kubectl's ``--chunk-size`` default)."""
 MAX_LIST_ITEMS = 1_000_000
-"""Most objects one :meth:`KubernetesAPI.list_items` call reads (a 5,000-node cluster has
-~50,000 Nodes, Services, EndpointSlices and host-network Pods together)."""
+"""Most objects one :meth:`KubernetesAPI.list_items` call reads, kept or not (Kubernetes'
+tested limits are 5,000 Nodes and 150,000 Pods per cluster)."""
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -107,14 +116,29 @@ class WatchStream(Protocol):
 class KubeAPI(Protocol):
     """The calls this controller makes. Errors: :class:`ApiError`, never anything else."""
 
-    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
+    def list_page(
+        self,
+        kind: Kind,
+        *,
+        limit: int,
+        continue_token: str | None,
+        field_selector: str | None = None,
+    ) -> dict[str, Any]:
         """GET a page of the cluster-wide List of ``kind`` (``items``, ``metadata``), with
-        the kind's :data:`FIELD_SELECTORS` entry (``pods``: host-network Pods only)."""
+        ``fieldSelector=field_selector`` when given (client-go's ``ListOptions``; the Pod
+        informer's is :func:`pod_field_selector`)."""
         ...
 
-    def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> WatchStream:
+    def watch(
+        self,
+        kind: Kind,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        field_selector: str | None = None,
+    ) -> WatchStream:
         """Open a watch from ``resource_version`` with ``allowWatchBookmarks=true`` and the
-        kind's :data:`FIELD_SELECTORS` entry, like :meth:`list_page`."""
+        ``field_selector`` of the List it follows (:meth:`list_page`)."""
         ...
 
     def patch_service_status(
@@ -237,11 +261,18 @@ class KubernetesAPI:
         if isinstance(kept_alive, _KeptAlive):
             kept_alive.close()
 
-    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
+    def list_page(
+        self,
+        kind: Kind,
+        *,
+        limit: int,
+        continue_token: str | None,
+        field_selector: str | None = None,
+    ) -> dict[str, Any]:
         """See :meth:`KubeAPI.list_page`."""
         query: list[tuple[str, Any]] = [("limit", limit)]
-        if kind in FIELD_SELECTORS:
-            query.append(("fieldSelector", FIELD_SELECTORS[kind]))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         if continue_token:
             query.append(("continue", continue_token))
         return self._json("GET", COLLECTIONS[kind], query=query)
@@ -252,20 +283,24 @@ class KubernetesAPI:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
+        keep: Callable[[dict[str, Any]], bool] | None = None,
         page_size: int = LIST_PAGE_SIZE,
         max_items: int = MAX_LIST_ITEMS,
     ) -> list[dict[str, Any]]:
         """Every object of ``kind`` (in ``namespace``; ``None`` = all namespaces, the only
-        form for ``nodes``), optionally matching ``label_selector`` (and always the kind's
-        :data:`FIELD_SELECTORS` entry: ``pods`` are the host-network ones), read in pages of
-        ``page_size`` with ``limit``/``continue`` like ``kubectl get`` (API concepts,
-        "Retrieving large results sets in chunks"). Objects are plain dicts without
-        ``kind``/``apiVersion`` (the List carries them).
+        form for ``nodes``), optionally matching ``label_selector`` and ``field_selector``,
+        read in pages of ``page_size`` with ``limit``/``continue`` like ``kubectl get`` (API
+        concepts, "Retrieving large results sets in chunks"). Objects are plain dicts
+        without ``kind``/``apiVersion`` (the List carries them). ``keep``, when given,
+        decides per object as each page arrives, and only the kept ones are returned: what
+        no selector can ask the server for (a Pod's ``hostPort``) costs one page of memory,
+        not the whole List.
 
         Raises:
             ApiError: a failed page (410 Expired when the continue token outlived
-                compaction), or more than ``max_items`` objects (status 0, naming the
-                limit), so one call's memory stays bounded.
+                compaction), or more than ``max_items`` objects read, kept or not (status
+                0, naming the limit), so one call's memory and time stay bounded.
         """
         path = COLLECTIONS[kind]
         if namespace is not None:
@@ -274,24 +309,29 @@ class KubernetesAPI:
             prefix, _, plural = path.rpartition("/")
             path = f"{prefix}/namespaces/{namespace}/{plural}"
         items: list[dict[str, Any]] = []
+        read = 0
         token: str | None = None
         while True:
             query: list[tuple[str, Any]] = [("limit", page_size)]
             if label_selector:
                 query.append(("labelSelector", label_selector))
-            if kind in FIELD_SELECTORS:
-                query.append(("fieldSelector", FIELD_SELECTORS[kind]))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
             page = self._json("GET", path, query=query)
             listed = page.get("items") or []
             if not isinstance(listed, list):
                 raise ApiError(0, f"GET {path}: items is not a list")
-            items.extend(item for item in listed if isinstance(item, dict))
-            if len(items) > max_items:
+            read += len(listed)
+            items.extend(
+                item for item in listed if isinstance(item, dict) and (keep is None or keep(item))
+            )
+            if read > max_items:
                 raise ApiError(0, f"GET {path}: more than {max_items} {kind}: refusing to read on")
             metadata = page.get("metadata")
             token = metadata.get("continue") if isinstance(metadata, dict) else None
+            del page, listed  # not held while the next page is read
             if not token:
                 return items
 
@@ -299,7 +339,14 @@ class KubernetesAPI:
         """GET a Service; ``None`` when it does not exist (404)."""
         return self._json_or_none("GET", f"/api/v1/namespaces/{namespace}/services/{name}")
 
-    def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> WatchStream:
+    def watch(
+        self,
+        kind: Kind,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        field_selector: str | None = None,
+    ) -> WatchStream:
         """See :meth:`KubeAPI.watch`; the socket read timeout is ``timeout_seconds + 15``."""
         query: list[tuple[str, Any]] = [
             ("watch", "true"),
@@ -307,8 +354,8 @@ class KubernetesAPI:
             ("resourceVersion", resource_version),
             ("timeoutSeconds", timeout_seconds),
         ]
-        if kind in FIELD_SELECTORS:
-            query.append(("fieldSelector", FIELD_SELECTORS[kind]))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         response = self._call(
             "GET", COLLECTIONS[kind], query=query, timeout=(self._timeout, timeout_seconds + 15)
         )

@@ -6,17 +6,18 @@ and selected by the same code as a dump (:func:`app.core.dump.project`,
 :func:`app.core.nodeipam.select`). Read, whatever the :class:`~app.preview.run.Scope`
 (which only picks the Services shown), as the controller's informers read them: every
 Node (selection reads them all), the Services and EndpointSlices of all namespaces and
-the ``hostNetwork: true`` Pods of all namespaces (``fieldSelector=spec.hostNetwork=true``),
-since port ownership is decided against every Service and host-network Pod
-(docs/design.md §4.9); and kubeadm's ConfigMap ``kube-system/kube-proxy`` when it can be
-read (kube-proxy's mode, docs/design.md §4.10: a 403 or any other failure of that one
-read leaves the mode unknown, never the preview).
+the Pods of all namespaces that hold a node port (every Pod is listed, page by page, and
+only those :func:`app.core.dump.holds_node_ports` keeps are held; with ``host-port-pods``
+off, ``fieldSelector=spec.hostNetwork=true``), since port ownership is decided against
+every Service and port-holding Pod (docs/design.md §4.9); and kubeadm's ConfigMap
+``kube-system/kube-proxy`` when it can be read (kube-proxy's mode, docs/design.md §4.10: a
+403 or any other failure of that one read leaves the mode unknown, never the preview).
 
 A user who may not list cluster-wide (RBAC: 403) still gets a preview, with one
 ``Warning:`` line (:attr:`Dump.warnings <app.core.dump.Dump.warnings>`) saying what the
 answer lacks and which permission would fix it: Services and EndpointSlices are then read
 as the scope names them (those of the namespace, or each named Service and its slices),
-and host-network Pods not at all. With ``-A`` the cluster-wide list is the scope's own
+and Pods not at all. With ``-A`` the cluster-wide list is the scope's own
 read, and a 403 there stays an error.
 """
 
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core import ciliumkpr
-from app.core.dump import Dump, DumpError
+from app.core.dump import Dump, DumpError, holds_node_ports
 from app.core.kubeproxy import CONFIG_MAP
 from app.core.text import elide
 from app.kube.client import (
@@ -34,6 +35,7 @@ from app.kube.client import (
     ConnectError,
     KubernetesAPI,
     connect,
+    pod_field_selector,
 )
 from app.preview.run import Scope
 
@@ -45,6 +47,8 @@ class LiveCluster:
     """A connection to the cluster of the kubeconfig (or the Pod's in-cluster config).
 
     ``namespace`` is the default namespace (the kubeconfig context's, else ``default``).
+    ``host_port_pods`` is the ``host-port-pods`` setting (docs/design.md §10): which Pods
+    are listed and kept (module docstring).
 
     Raises:
         DumpError: no usable configuration (the message names ``--kubeconfig`` or
@@ -52,8 +56,14 @@ class LiveCluster:
     """
 
     def __init__(
-        self, *, kubeconfig: Path | None, context: str | None, request_timeout: float = 30.0
+        self,
+        *,
+        kubeconfig: Path | None,
+        context: str | None,
+        request_timeout: float = 30.0,
+        host_port_pods: bool = True,
     ) -> None:
+        self.host_port_pods = host_port_pods
         try:
             found = connect(kubeconfig, context=context)
         except ConnectError as err:
@@ -63,7 +73,7 @@ class LiveCluster:
         self._host = str(getattr(getattr(api_client, "configuration", None), "host", ""))
 
     def read(self, scope: Scope) -> Dump:
-        """Every Node, and the Services, EndpointSlices and host-network Pods of all
+        """Every Node, and the Services, EndpointSlices and port-holding Pods of all
         namespaces, as a :class:`Dump` (``scope`` picks only what is shown, and what is
         read when a cluster-wide list is forbidden: see the module docstring).
 
@@ -87,7 +97,11 @@ class LiveCluster:
                 dump.services, dump.endpoint_slices = self._scoped(scope)
                 dump.warnings.append(_scoped_warning(scope, err))
             try:
-                dump.pods = self._api.list_items("pods")
+                dump.pods = self._api.list_items(
+                    "pods",
+                    field_selector=pod_field_selector(self.host_port_pods),
+                    keep=lambda pod: holds_node_ports(pod, host_port_pods=self.host_port_pods),
+                )
             except ApiError as err:
                 if err.status != FORBIDDEN:
                     raise
@@ -184,10 +198,10 @@ def _scoped_warning(scope: Scope, err: ApiError) -> str:
 
 
 def _no_pods_warning(err: ApiError) -> str:
-    """The line saying host-network Pods were not read."""
+    """The line saying Pods were not read."""
     return (
-        f"cannot list pods in all namespaces ({elide(str(err), 300)}): host-network Pods were"
-        " not read, so none of their containerPorts blocks a node address here as it does"
-        " in the controller (port ownership, docs/design.md §4.9); to include them, grant"
-        " list on pods cluster-wide (a ClusterRole)"
+        f"cannot list pods in all namespaces ({elide(str(err), 300)}): Pods were not read,"
+        " so none of their host-network containerPorts or hostPorts blocks a node address"
+        " here as it does in the controller (port ownership, docs/design.md §4.9); to"
+        " include them, grant list on pods cluster-wide (a ClusterRole)"
     )

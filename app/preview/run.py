@@ -2,7 +2,8 @@
 (docs/design.md §8).
 
 Input: ``-f`` files (what ``kubectl get nodes,services,endpointslices -A -o yaml|json``
-prints, and the host-network Pods, :data:`PODS_DUMP_COMMAND`), or without ``-f`` the live
+prints, and the Pods, :data:`PODS_DUMP_COMMAND`, of which those that hold a node port are
+kept), or without ``-f`` the live
 cluster (:mod:`app.preview.live`). Which Services are shown is a :class:`Scope`
 (``kubectl get`` semantics: ``NAME``, ``NAMESPACE/NAME``, ``-n``, ``-A``); port ownership
 is decided against every Service read, whatever the scope (docs/design.md §4.9).
@@ -125,7 +126,7 @@ def preview_dump(
     """One :class:`Selection` per Service of ``views`` in ``scope`` (default all), in
     namespace/name order, computed as it is consumed (a 5,000-node Selection holds 5,000
     verdicts), after port ownership (docs/design.md §4.9) against every Service and
-    host-network Pod of ``views``, whatever the scope, fed to the port index as the
+    port-holding Pod of ``views``, whatever the scope, fed to the port index as the
     controller's cache feeds it (keys ``namespace/name``, :mod:`app.controller.cache`)."""
     by_service: dict[tuple[str, str | None], list[EndpointSliceView]] = defaultdict(list)
     for s in views.endpoint_slices:
@@ -248,12 +249,14 @@ def warning_lines(selections: Sequence[Selection]) -> list[str]:
 
 
 DUMP_COMMAND = "kubectl get nodes,services,endpointslices -A -o yaml"
-PODS_DUMP_COMMAND = "kubectl get pods -A --field-selector spec.hostNetwork=true -o yaml"
-"""The host-network Pods of a dump (docs/design.md §4.9), in a file of their own: two
-``kubectl -o yaml`` outputs written one after the other are not one YAML document."""
+PODS_DUMP_COMMAND = "kubectl get pods -A -o yaml"
+"""The Pods of a dump (docs/design.md §4.9), in a file of their own: two ``kubectl -o
+yaml`` outputs written one after the other are not one YAML document. Every Pod: no field
+selector finds a ``hostPort`` (``spec.hostNetwork=true`` finds only the host-network ones,
+enough with ``--no-host-port-pods``); the preview keeps those that hold a node port
+(:func:`app.core.dump.holds_node_ports`)."""
 DUMP_ADVICE = (
-    f"dump them with {DUMP_COMMAND}, and the host-network Pods with {PODS_DUMP_COMMAND}"
-    " (one -f per output)"
+    f"dump them with {DUMP_COMMAND}, and the Pods with {PODS_DUMP_COMMAND} (one -f per output)"
 )
 
 
@@ -294,7 +297,12 @@ def run_preview(
     ``output`` format; return the exit code.
 
     ``settings`` are :class:`SelectionSettings` or its keyword arguments (validated here).
-    Never raises for bad input: errors are one ``error: ...`` line on ``stderr``.
+    host_port_pods: bool = True,
+    ``host_port_pods`` (the ``host-port-pods`` setting, docs/design.md §10) decides which
+    Pods of the files count: those that hold a node port, or with ``False`` only the
+    ``hostNetwork: true`` ones, as the controller would read them (a ``source`` has read
+    its Pods already). Never raises for bad input: errors are one ``error: ...`` line on
+    ``stderr``.
     """
     if output not in OUTPUT_FORMATS:
         print(
@@ -308,7 +316,7 @@ def run_preview(
         selection_settings = (
             settings if isinstance(settings, SelectionSettings) else SelectionSettings(**settings)
         )
-        dump = source() if source is not None else load_dump(paths)
+        dump = source() if source is not None else load_dump(paths, host_port_pods=host_port_pods)
         views = project(
             dump, match_node_labels_annotation=selection_settings.match_node_labels_annotation
         )

@@ -5,12 +5,13 @@ history so watches resume from a version, can be compacted (watch from an older 
 an ``ERROR`` event with code 410, as the API server sends it), and lets tests queue faults
 per operation (``fail("patch services/status", 409)``). ``calls`` counts every operation.
 
-Lists and watches of a kind apply its field selector (``app.kube.client.FIELD_SELECTORS``,
-``pods``: ``spec.hostNetwork=true``) as kube-apiserver does: only matching objects are
-listed; a watch sends an object entering the selection as ``ADDED``, leaving it as
-``DELETED``, and nothing of the others; a field label the kind does not support is
-``400 field label not supported: <label>`` (the selector rules are ``tests.fakeapi``'s,
-which ``tests/fakeapi_contract/test_pods.py`` holds to a real kube-apiserver).
+Lists and watches apply the field selector they are given (the Pod informer's is
+``app.kube.client.pod_field_selector``: none, or ``spec.hostNetwork=true``) as
+kube-apiserver does: only matching objects are listed; a watch sends an object entering
+the selection as ``ADDED``, leaving it as ``DELETED``, and nothing of the others; a field
+label the kind does not support is ``400 field label not supported: <label>`` (the
+selector rules are ``tests.fakeapi``'s, which ``tests/fakeapi_contract/test_pods.py``
+holds to a real kube-apiserver).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import copy
 import json
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from app.kube.client import FIELD_SELECTORS, ApiError, Kind
+from app.kube.client import ApiError, Kind
 from tests.fakeapi.errors import ApiError as FakeApiError
 from tests.fakeapi.resources import RESOURCES
 from tests.fakeapi.selectors import parse_field_selector
@@ -64,10 +65,14 @@ def _everything(obj: dict[str, Any] | None) -> bool:
     return obj is not None
 
 
-def kind_matcher(kind: str) -> Matcher:
-    """What a List or watch of ``kind`` returns: its ``FIELD_SELECTORS`` entry, or all."""
-    selector = FIELD_SELECTORS.get(kind)
-    return _everything if selector is None else field_matcher(kind, selector)
+def kind_matcher(kind: str, selector: str | None) -> Matcher:
+    """What a List or watch of ``kind`` with ``fieldSelector=selector`` returns (``None``
+    or empty: every object).
+
+    Raises:
+        ApiError: 400, as :func:`field_matcher`.
+    """
+    return field_matcher(kind, selector) if selector else _everything
 
 
 def filtered(
@@ -87,11 +92,13 @@ def filtered(
 
 
 class MemoryWatch:
-    def __init__(self, api: MemoryAPI, kind: Kind, version: int, timeout: float) -> None:
+    def __init__(
+        self, api: MemoryAPI, kind: Kind, version: int, timeout: float, wanted: Matcher
+    ) -> None:
         self._api, self._kind, self._version, self._timeout = api, kind, version, timeout
         self._closed = False
         self._generation = api.watch_generation
-        self._wanted = kind_matcher(kind)
+        self._wanted = wanted
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         api = self._api
@@ -135,6 +142,8 @@ class MemoryAPI:
         """ConfigMaps by ``namespace/name`` (read only: kube-proxy's, docs/design.md §4.10)."""
         self.events: list[dict[str, Any]] = []
         self.calls: Counter[str] = Counter()
+        self.field_selectors: defaultdict[str, list[str | None]] = defaultdict(list)
+        """The ``fieldSelector`` of every List page and watch, by ``"list pods"``, ...."""
         self.faults: dict[str, list[int]] = {}
         self.retry_after: dict[str, float] = {}
         self.call_times: dict[str, list[float]] = {}
@@ -192,9 +201,17 @@ class MemoryAPI:
         return None if entries is None else [e["ip"] for e in entries]
 
     # --- KubeAPI -------------------------------------------------------------------
-    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
+    def list_page(
+        self,
+        kind: Kind,
+        *,
+        limit: int,
+        continue_token: str | None,
+        field_selector: str | None = None,
+    ) -> dict[str, Any]:
         self._call(f"list {kind}")
-        wanted = kind_matcher(kind)
+        self.field_selectors[f"list {kind}"].append(field_selector)
+        wanted = kind_matcher(kind, field_selector)
         with self.cond:
             items = [(k, o) for k, o in sorted(self.objects[kind].items()) if wanted(o)]
             start = int(continue_token or 0)
@@ -205,10 +222,19 @@ class MemoryAPI:
                 meta["continue"] = str(start + limit)
             return {"items": page, "metadata": meta}
 
-    def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> MemoryWatch:
+    def watch(
+        self,
+        kind: Kind,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        field_selector: str | None = None,
+    ) -> MemoryWatch:
         self._call(f"watch {kind}")
-        kind_matcher(kind)  # an unsupported field selector fails the request, not the stream
-        return MemoryWatch(self, kind, int(resource_version), timeout_seconds)
+        self.field_selectors[f"watch {kind}"].append(field_selector)
+        # An unsupported field selector fails the request, not the stream.
+        wanted = kind_matcher(kind, field_selector)
+        return MemoryWatch(self, kind, int(resource_version), timeout_seconds, wanted)
 
     def patch_service_status(
         self, *, namespace: str, name: str, patch: dict[str, Any]

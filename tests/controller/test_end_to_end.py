@@ -418,9 +418,9 @@ def test_an_unchanged_warning_across_restarts_is_one_event_whose_series_counts_t
 def test_a_terminating_host_network_pod_holds_its_port_until_it_is_gone(
     fake_api: FakeApiServer, kubectl: Kubectl, run_controller: RunController
 ) -> None:
-    """The Pod informer over HTTP (``fieldSelector=spec.hostNetwork=true``, the fake
-    filtering as kube-apiserver does): a host-network Pod on w1 declaring TCP/9100 keeps a
-    Service on 9100 off w1; a Pod on the Pod network on w2 does not; deleting the Pod
+    """The Pod informer over HTTP (every Pod listed and watched, ``host-port-pods`` on): a
+    host-network Pod on w1 declaring TCP/9100 keeps a Service on 9100 off w1; a Pod on the
+    Pod network on w2 does not (listed, not kept); deleting the Pod
     marks it terminating (its process still serves the port until the kubelet ends it)
     and keeps w1 off; the Pod gone (a delete with period 0), w1 comes back."""
     seed_three_nodes(fake_api)

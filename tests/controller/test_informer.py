@@ -11,7 +11,7 @@ import pytest
 from app.controller.cache import Change, ClusterCache, View
 from app.controller.informer import Informer
 from app.core.views import node_view
-from app.kube.client import ApiError, Kind
+from app.kube.client import HOST_NETWORK_PODS, ApiError, Kind
 from tests.controller.memory_api import MemoryAPI
 from tests.controller.support import node, wait_until
 
@@ -222,11 +222,20 @@ class BrokenOnceAPI(MemoryAPI):
 
     broken = True
 
-    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
+    def list_page(
+        self,
+        kind: Kind,
+        *,
+        limit: int,
+        continue_token: str | None,
+        field_selector: str | None = None,
+    ) -> dict[str, Any]:
         if self.broken:
             self.broken = False
             raise TypeError("client bug")
-        return super().list_page(kind, limit=limit, continue_token=continue_token)
+        return super().list_page(
+            kind, limit=limit, continue_token=continue_token, field_selector=field_selector
+        )
 
 
 def test_an_unexpected_error_in_the_list_watch_cycle_backs_off_and_re_lists() -> None:
@@ -239,8 +248,9 @@ def test_an_unexpected_error_in_the_list_watch_cycle_backs_off_and_re_lists() ->
 
 
 def test_the_pod_informer_lists_and_watches_host_network_pods_only() -> None:
-    """``fieldSelector=spec.hostNetwork=true`` (app.kube.client.FIELD_SELECTORS), applied by
-    the in-memory API as kube-apiserver applies it: the List pages hold host-network Pods
+    """``fieldSelector=spec.hostNetwork=true`` (``host-port-pods`` off,
+    app.kube.client.pod_field_selector) on every List page and watch, applied by the
+    in-memory API as kube-apiserver applies it: the List pages hold host-network Pods
     only, a watch says nothing of the others, and an object leaving the selection is a
     DELETED event (entering it, ADDED)."""
     from app.core.views import pod_view
@@ -260,7 +270,8 @@ def test_the_pod_informer_lists_and_watches_host_network_pods_only() -> None:
         api.apply("pods", pod(f"pod-{i}", False))
     cache, recorder = ClusterCache(), Recorder()
     informer = Informer(kind="pods", api=api, cache=cache, to_view=pod_view, handler=recorder,
-                        page_size=2, backoff_initial=0.01)  # fmt: skip
+                        page_size=2, backoff_initial=0.01,
+                        field_selector=HOST_NETWORK_PODS)  # fmt: skip
     informer.start()
     try:
         wait_until(lambda: cache.kind_synced("pods"), what="first list")
@@ -275,7 +286,192 @@ def test_the_pod_informer_lists_and_watches_host_network_pods_only() -> None:
     finally:
         informer.stop()
         informer.join(5)
+    sent = {call: set(selectors) for call, selectors in api.field_selectors.items()}
+    assert sent == {"list pods": {HOST_NETWORK_PODS}, "watch pods": {HOST_NETWORK_PODS}}
     with pytest.raises(ApiError) as err:
         field_matcher("pods", "spec.hostPID=true")
     assert (err.value.status, err.value.reason) == (400, "field label not supported: spec.hostPID")
     assert field_matcher("pods", "spec.hostNetwork=false")(pod("x", False))
+
+
+def pod_obj(
+    name: str,
+    *,
+    node_name: str | None = "n1",
+    host_network: bool = False,
+    host_port: int | None = None,
+    container_port: int = 8080,
+    phase: str = "Running",
+    ready: str = "True",
+) -> dict[str, Any]:
+    """A v1 Pod of namespace ``ns``: on the Pod network unless ``host_network``, declaring
+    ``container_port`` (with ``host_port`` when given), ``status.phase`` ``phase`` and a
+    Ready condition ``ready`` (what a kubelet's status updates change)."""
+    port: dict[str, Any] = {"containerPort": container_port}
+    if host_port is not None:
+        port["hostPort"] = host_port
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "i:1", "ports": [port]}]}
+    if node_name is not None:
+        spec["nodeName"] = node_name
+    if host_network:
+        spec["hostNetwork"] = True
+    status = {"phase": phase, "conditions": [{"type": "Ready", "status": ready}]}
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": spec, "status": status}
+
+
+class CountingCache(ClusterCache):
+    """A ClusterCache that records every ``put`` and every ``delete`` that removed a view."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str, str]] = []
+
+    def put(self, kind: Kind, key: str, view: View) -> View | None:
+        self.writes.append(("put", key))
+        return super().put(kind, key, view)
+
+    def delete(self, kind: Kind, key: str) -> View | None:
+        old = super().delete(kind, key)
+        if old is not None:
+            self.writes.append(("delete", key))
+        return old
+
+
+@contextmanager
+def pod_informer(
+    api: MemoryAPI, *, host_port_pods: bool, field_selector: str | None
+) -> Iterator[tuple[CountingCache, Recorder]]:
+    """The Controller's Pod informer (``host_pod_view``) on ``api``, started and synced."""
+    from functools import partial
+
+    from app.controller.manager import host_pod_view
+
+    cache, recorder = CountingCache(), Recorder()
+    informer = Informer(kind="pods", api=api, cache=cache, handler=recorder, page_size=3,
+                        to_view=partial(host_pod_view, host_port_pods=host_port_pods),
+                        field_selector=field_selector, backoff_initial=0.01)  # fmt: skip
+    informer.start()
+    try:
+        wait_until(lambda: cache.kind_synced("pods"), what="first list")
+        yield cache, recorder
+    finally:
+        informer.stop()
+        informer.join(5)
+
+
+def settle(api: MemoryAPI, cache: ClusterCache, marker: str) -> None:
+    """Apply a port-holding marker Pod and wait until it is cached: every event before it
+    has been applied (one watch, in order)."""
+    api.apply("pods", pod_obj(marker, host_network=True, container_port=1))
+    wait_until(lambda: cache.get("pods", f"ns/{marker}"), what=f"{marker} cached")
+
+
+def test_with_every_pod_listed_only_the_pods_that_hold_node_ports_are_kept() -> None:
+    """``host-port-pods`` on (the default): the Pod informer lists and watches every Pod
+    (no field selector) and keeps only those whose view holds a port (a host-network
+    ``containerPort``, another Pod's ``hostPort``, sidecar init containers included): the
+    cache and the port index hold nothing else, and the handler hears of nothing else."""
+    api = MemoryAPI()
+    for i in range(7):
+        api.apply("pods", pod_obj(f"web-{i}"))  # Pod network, containerPort only
+    api.apply("pods", pod_obj("exporter", host_network=True, container_port=9100))
+    api.apply("pods", pod_obj("ingress", host_port=80))
+    api.apply("pods", pod_obj("pending", host_port=81, node_name=None))  # not bound
+    api.apply("pods", pod_obj("done", host_port=82, phase="Succeeded"))  # ended
+    sidecar = pod_obj("sidecar")
+    sidecar["spec"]["initContainers"] = [
+        {"name": "proxy", "image": "p:1", "restartPolicy": "Always",
+         "ports": [{"containerPort": 15001, "hostPort": 15001}]},
+        {"name": "setup", "image": "s:1", "ports": [{"containerPort": 9, "hostPort": 9}]},
+    ]  # fmt: skip
+    api.apply("pods", sidecar)
+    with pod_informer(api, host_port_pods=True, field_selector=None) as (cache, recorder):
+        assert sorted(cache._stores["pods"]) == ["ns/exporter", "ns/ingress", "ns/sidecar"]
+        assert sorted(recorder.changes) == [
+            ("ns/exporter", False, True), ("ns/ingress", False, True), ("ns/sidecar", False, True)
+        ]  # fmt: skip
+        assert api.calls["list pods"] == 4, "12 Pods in pages of 3: all of them listed"
+        assert cache.pods(("TCP", 80))[0].name == "ingress"
+        assert cache.pods(("TCP", 15001))[0].name == "sidecar"
+        assert cache.pods(("TCP", 9)) == [], "a plain init container holds no port"
+        assert cache.pods(("TCP", 8080)) == [], "a containerPort off the host network"
+    sent = {call: set(selectors) for call, selectors in api.field_selectors.items()}
+    assert sent == {"list pods": {None}, "watch pods": {None}}
+
+
+def test_watch_events_move_a_pod_in_and_out_of_the_cache_and_others_cost_nothing() -> None:
+    """Every transition a watch of all Pods brings: a Pod that stops holding ports (ended,
+    deleted) leaves the cache and the port index, its handler hears ``(key, old, None)``
+    (``PortIndex.put_pod(key, old, None)``); one that starts holding (bound by the
+    scheduler, re-created with a hostPort) enters it; and the events of a Pod never kept
+    and still not kept (a status update, a delete) change nothing in the cache, the port
+    index or the handler."""
+    api = MemoryAPI()
+    for i in range(3):
+        api.apply("pods", pod_obj(f"web-{i}"))
+    api.apply("pods", pod_obj("ingress", host_port=80))
+    api.apply("pods", pod_obj("exporter", host_network=True, container_port=9100))
+    api.apply("pods", pod_obj("pending", host_port=81, node_name=None))
+    with pod_informer(api, host_port_pods=True, field_selector=None) as (cache, recorder):
+        before = (len(recorder.changes), len(cache.writes), cache.port_version())
+
+        # Ordinary Pods: status churn and a delete. Nothing of them is kept, ever.
+        for i in range(3):
+            api.apply("pods", pod_obj(f"web-{i}", ready="False"))
+        api.delete("pods", "ns/web-2")
+        settle(api, cache, "marker-1")
+        assert recorder.changes[before[0] :] == [("ns/marker-1", False, True)]
+        assert cache.writes[before[1] :] == [("put", "ns/marker-1")]
+        held = cache.port_version()
+
+        # A status update of a kept Pod that leaves its ports alone: the same view.
+        api.apply("pods", pod_obj("ingress", host_port=80, ready="False"))
+        settle(api, cache, "marker-2")
+        assert recorder.changes[-1] == ("ns/marker-2", False, True)
+        assert ("ns/ingress", True, True) not in recorder.changes
+
+        # Holding -> not holding: the hostPort Pod ends; the host-network Pod is deleted.
+        api.apply("pods", pod_obj("ingress", host_port=80, phase="Succeeded"))
+        api.delete("pods", "ns/exporter")
+        # Not holding -> holding: the pending Pod is bound.
+        api.apply("pods", pod_obj("pending", host_port=81))
+        settle(api, cache, "marker-3")
+        assert recorder.changes[-4:] == [
+            ("ns/ingress", True, False), ("ns/exporter", True, False),
+            ("ns/pending", False, True), ("ns/marker-3", False, True),
+        ]  # fmt: skip
+        assert cache.get("pods", "ns/ingress") is None and cache.get("pods", "ns/exporter") is None
+        assert cache.pods(("TCP", 80)) == [] and cache.pods(("TCP", 9100)) == []
+        assert [p.name for p in cache.pods(("TCP", 81))] == ["pending"]
+        assert cache.port_version() > held
+
+        # A name re-used: an ordinary Pod re-created with a hostPort is kept, and back.
+        api.delete("pods", "ns/web-0")
+        api.apply("pods", pod_obj("web-0", host_port=8443))
+        settle(api, cache, "marker-4")
+        assert [p.name for p in cache.pods(("TCP", 8443))] == ["web-0"]
+        api.delete("pods", "ns/web-0")
+        api.apply("pods", pod_obj("web-0"))
+        settle(api, cache, "marker-5")
+        assert cache.get("pods", "ns/web-0") is None and cache.pods(("TCP", 8443)) == []
+        assert recorder.changes[-4:] == [
+            ("ns/web-0", False, True), ("ns/marker-4", False, True),
+            ("ns/web-0", True, False), ("ns/marker-5", False, True),
+        ]  # fmt: skip
+
+
+def test_with_host_port_pods_off_only_host_network_pods_are_read_and_kept() -> None:
+    """``host-port-pods`` off: ``fieldSelector=spec.hostNetwork=true`` on the List and
+    the watch, so a hostPort Pod never crosses the wire; and should a server send one
+    anyway (here: no selector), ``host_pod_view`` keeps it out too."""
+    api = MemoryAPI()
+    api.apply("pods", pod_obj("ingress", host_port=80))
+    api.apply("pods", pod_obj("exporter", host_network=True, container_port=9100))
+    for run, selector in enumerate((HOST_NETWORK_PODS, None)):
+        with pod_informer(api, host_port_pods=False, field_selector=selector) as (cache, _):
+            kept = sorted(cache._stores["pods"])
+            assert kept == ["ns/exporter", *[f"ns/marker-{r}" for r in range(run)]], selector
+            api.apply("pods", pod_obj(f"ingress-{run}", host_port=443))
+            settle(api, cache, f"marker-{run}")
+            assert cache.get("pods", f"ns/ingress-{run}") is None
+            assert cache.pods(("TCP", 80)) == [] and cache.pods(("TCP", 443)) == []

@@ -602,9 +602,18 @@ class PausingAPI:
         self.paused = False
         self.errors: list[ApiError] = []
 
-    def list_page(self, kind: Kind, *, limit: int, continue_token: str | None) -> dict[str, Any]:
+    def list_page(
+        self,
+        kind: Kind,
+        *,
+        limit: int,
+        continue_token: str | None,
+        field_selector: str | None = None,
+    ) -> dict[str, Any]:
         try:
-            page = self._api.list_page(kind, limit=limit, continue_token=continue_token)
+            page = self._api.list_page(
+                kind, limit=limit, continue_token=continue_token, field_selector=field_selector
+            )
         except ApiError as err:
             self.errors.append(err)
             raise
@@ -614,9 +623,19 @@ class PausingAPI:
             self._between(token)
         return page
 
-    def watch(self, kind: Kind, *, resource_version: str, timeout_seconds: int) -> Any:
+    def watch(
+        self,
+        kind: Kind,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        field_selector: str | None = None,
+    ) -> Any:
         return self._api.watch(
-            kind, resource_version=resource_version, timeout_seconds=timeout_seconds
+            kind,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            field_selector=field_selector,
         )
 
 

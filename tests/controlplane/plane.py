@@ -313,6 +313,7 @@ class ControlPlane:
         start_timeout: float = 90.0,
         keep: bool = False,
         extra_apiserver_args: Sequence[str] = (),
+        extra_etcd_args: Sequence[str] = (),
         dual_stack: bool = False,
         audit_policy: str | None = None,
         host: str = HOST,
@@ -334,7 +335,9 @@ class ControlPlane:
         names for in-cluster clients); ``authorization_mode``: ``--authorization-mode``
         (``Node,RBAC`` for kubelets); ``service_cluster_ip_range``: one CIDR or a
         dual-stack pair "v4,v6"; ``kubelet_client_certificate``: give kube-apiserver a
-        client certificate in ``system:masters`` for calls to kubelets (logs, exec)."""
+        client certificate in ``system:masters`` for calls to kubelets (logs, exec);
+        ``extra_etcd_args``: appended to etcd's command line (a benchmark's
+        ``--quota-backend-bytes``)."""
         self.binaries = binaries
         self.hosts = dict(hosts or {})
         self.audit_policy = audit_policy
@@ -342,6 +345,7 @@ class ControlPlane:
         self.start_timeout = start_timeout
         self.keep = keep
         self.extra_apiserver_args = list(extra_apiserver_args)
+        self.extra_etcd_args = list(extra_etcd_args)
         self.host = host
         self.secure_port = secure_port
         self.command_prefix = list(command_prefix)
@@ -728,6 +732,7 @@ class ControlPlane:
                 "--initial-cluster-state=new",
                 "--unsafe-no-fsync",
                 "--log-level=warn",
+                *self.extra_etcd_args,
             ],
             self.workdir / "etcd.log",
         )

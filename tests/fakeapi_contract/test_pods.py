@@ -1,5 +1,7 @@
-"""Pods as the controller's fourth informer meets them: the ``spec.hostNetwork`` field
-selector on lists and watches across namespaces, what an unsupported field label answers,
+"""Pods as the controller's fourth informer meets them: every Pod listed and watched
+without a field selector (``host-port-pods``, the default), the ``spec.hostNetwork``
+field selector on lists and watches across namespaces (the setting off), what an
+unsupported field label answers,
 and the create and graceful delete rules a host-network Pod goes through
 (kube-apiserver ``pkg/registry/core/pod/strategy.go``)."""
 
@@ -14,7 +16,7 @@ import pytest
 from tests.fakeapi_contract.conftest import ApiServer
 
 HOST_NETWORK = "spec.hostNetwork=true"
-"""What the controller sends (app.kube.client.FIELD_SELECTORS)."""
+"""What the controller sends with ``host-port-pods`` off (app.kube.client.HOST_NETWORK_PODS)."""
 
 
 def pod(name: str, *, host: bool, node_name: str | None = "n1", **extra: Any) -> dict[str, Any]:
@@ -96,6 +98,52 @@ def test_the_host_network_field_selector_filters_lists_and_watches(
         if e["object"].get("metadata", {}).get("namespace") == ns
     ]
     assert ours == [("ADDED", "exporter")]
+
+
+def test_without_a_field_selector_every_pod_is_listed_in_pages_and_watched(
+    api_server: ApiServer, pods: str, ns: str
+) -> None:
+    """``host-port-pods`` (the default): no ``fieldSelector``, so the pages and the watch
+    carry every Pod, host network or not, with its ``hostPort`` as stored (defaulted
+    protocol), and a status update of an ordinary Pod is a MODIFIED event like any
+    other (the informer drops it)."""
+    _, before, _ = api_server.request("GET", "/api/v1/pods", query={"limit": "1"})
+    start = before["metadata"]["resourceVersion"]
+    create(api_server, pods, pod("exporter", host=True))
+    create(api_server, pods, pod("web", host=False))
+    ingress = pod("ingress", host=False)
+    ingress["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 80}]
+    create(api_server, pods, ingress)
+    code, _, _ = api_server.request(
+        "PATCH",
+        f"{pods}/web/status",
+        {"status": {"conditions": [{"type": "Ready", "status": "False"}]}},
+        content_type="application/merge-patch+json",
+    )
+    assert code == 200
+    listed, token = [], None
+    while True:
+        query = {"limit": "2", **({"continue": token} if token else {})}
+        code, page, _ = api_server.request("GET", pods, query=query)
+        assert code == 200, page
+        listed += page["items"]
+        token = page["metadata"].get("continue")
+        if not token:
+            break
+    assert [p["metadata"]["name"] for p in listed] == ["exporter", "ingress", "web"]
+    assert listed[1]["spec"]["containers"][0]["ports"] == [
+        {"containerPort": 8080, "hostPort": 80, "protocol": "TCP"}
+    ]
+    events = watch_lines(api_server, {"watch": "true", "resourceVersion": start,
+                                      "timeoutSeconds": "1"})  # fmt: skip
+    ours = [
+        (e["type"], e["object"]["metadata"]["name"])
+        for e in events
+        if e["object"].get("metadata", {}).get("namespace") == ns
+    ]
+    assert ours == [
+        ("ADDED", "exporter"), ("ADDED", "web"), ("ADDED", "ingress"), ("MODIFIED", "web")
+    ]  # fmt: skip
 
 
 def test_an_unsupported_pod_field_label_is_400(api_server: ApiServer) -> None:

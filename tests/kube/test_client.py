@@ -9,7 +9,14 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from app.kube.client import ApiError, ConnectError, KubernetesAPI, connect
+from app.kube.client import (
+    HOST_NETWORK_PODS,
+    ApiError,
+    ConnectError,
+    KubernetesAPI,
+    connect,
+    pod_field_selector,
+)
 from tests.controller.support import free_port, node, wait_until
 from tests.fakeapi.server import FakeApiServer
 
@@ -123,34 +130,63 @@ def test_list_items_pages_through_a_namespace_and_reads_one_service(
         api.list_items("nodes", page_size=3, max_items=5)
 
 
-def _pod(name: str, *, host: bool, namespace: str = "monitoring") -> dict[str, Any]:
-    spec: dict[str, Any] = {"nodeName": "n1", "containers": [{"name": "c", "image": "e:1"}]}
+def _pod(
+    name: str, *, host: bool, namespace: str = "monitoring", host_port: int | None = None
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "c", "image": "e:1"}
+    if host_port is not None:
+        container["ports"] = [{"containerPort": 8080, "hostPort": host_port}]
+    spec: dict[str, Any] = {"nodeName": "n1", "containers": [container]}
     if host:
         spec["hostNetwork"] = True
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
             "spec": spec}  # fmt: skip
 
 
-def test_pods_are_listed_and_watched_with_the_host_network_field_selector(
-    fake_api: FakeApiServer,
+@pytest.mark.parametrize(
+    ("selector", "listed", "watched"),
+    [
+        pytest.param(
+            HOST_NETWORK_PODS,
+            ["host-0", "host-2", "host-1"],
+            [("ADDED", "host-9")],
+            id="host-port-pods off: spec.hostNetwork=true",
+        ),
+        pytest.param(
+            None,
+            ["host-0", "host-2", "pod-0", "pod-2", "host-1", "pod-1"],
+            [("ADDED", "pod-9"), ("ADDED", "host-9")],
+            id="host-port-pods on: every Pod",
+        ),
+    ],
+)
+def test_pods_are_listed_and_watched_with_the_field_selector_given(
+    fake_api: FakeApiServer, selector: str | None, listed: list[str], watched: list[Any]
 ) -> None:
-    """``pods`` sends ``fieldSelector=spec.hostNetwork=true`` on every List page, watch and
-    ``list_items``, across all namespaces: the others never cross the wire."""
+    """``field_selector`` goes on every List page, watch and ``list_items`` of ``pods``,
+    across all namespaces (``pod_field_selector``: ``spec.hostNetwork=true`` with
+    ``host-port-pods`` off, so the others never cross the wire; nothing with it on), and
+    nothing is sent without one."""
+    assert pod_field_selector(False) == HOST_NETWORK_PODS == "spec.hostNetwork=true"
+    assert pod_field_selector(True) is None
     fake_api.seed([_pod(f"host-{i}", host=True, namespace=f"ns-{i % 2}") for i in range(3)])
     fake_api.seed([_pod(f"pod-{i}", host=False, namespace=f"ns-{i % 2}") for i in range(3)])
     api = KubernetesAPI(fake_api.client())
-    first = api.list_page("pods", limit=2, continue_token=None)
-    token = first["metadata"]["continue"]
-    rest = api.list_page("pods", limit=2, continue_token=token)
-    assert [p["metadata"]["name"] for p in first["items"] + rest["items"]] == [
-        "host-0", "host-2", "host-1"
-    ]  # fmt: skip
-    assert "continue" not in rest["metadata"]
-    assert [p["metadata"]["name"] for p in api.list_items("pods", page_size=1)] == [
-        "host-0", "host-2", "host-1"
-    ]  # fmt: skip
-    version = rest["metadata"]["resourceVersion"]
-    stream = api.watch("pods", resource_version=version, timeout_seconds=60)
+    pages, token = [], None
+    while True:
+        page = api.list_page("pods", limit=2, continue_token=token, field_selector=selector)
+        pages += [p["metadata"]["name"] for p in page["items"]]
+        token = page["metadata"].get("continue")
+        if not token:
+            break
+    assert pages == listed
+    assert [
+        p["metadata"]["name"] for p in api.list_items("pods", page_size=1, field_selector=selector)
+    ] == listed
+    version = page["metadata"]["resourceVersion"]
+    stream = api.watch(
+        "pods", resource_version=version, timeout_seconds=60, field_selector=selector
+    )
     seen: list[tuple[str, str]] = []
 
     def consume() -> None:
@@ -163,9 +199,23 @@ def test_pods_are_listed_and_watched_with_the_host_network_field_selector(
     wait_until(lambda: ("ADDED", "host-9") in seen, what="ADDED event")
     stream.close()
     reader.join(5)
-    assert [s for s in seen if s[0] != "BOOKMARK"] == [("ADDED", "host-9")]
-    watched = [r["path"] for r in fake_api.request_log() if r["resource"] == "pods"]
-    assert watched and set(watched) == {"/api/v1/pods"}
+    assert [s for s in seen if s[0] != "BOOKMARK"] == watched
+    requests = [r for r in fake_api.request_log() if r["resource"] == "pods"]
+    assert requests and {r["path"] for r in requests} == {"/api/v1/pods"}
+
+
+def test_list_items_keeps_per_page_and_bounds_what_it_reads(fake_api: FakeApiServer) -> None:
+    """``keep`` decides per object as each page arrives (the live preview keeps the Pods
+    that hold node ports, of every Pod listed); ``max_items`` bounds the objects read,
+    kept or not."""
+    fake_api.seed([_pod(f"pod-{i}", host=False) for i in range(5)])
+    fake_api.seed([_pod("ingress", host=False, host_port=80)])
+    api = KubernetesAPI(fake_api.client())
+    kept = api.list_items("pods", page_size=2, keep=lambda p: p["metadata"]["name"] == "ingress")
+    assert [p["metadata"]["name"] for p in kept] == ["ingress"]
+    assert fake_api.requests()["list pods"] == 3
+    with pytest.raises(ApiError, match="more than 4 pods"):
+        api.list_items("pods", page_size=2, max_items=4, keep=lambda _: False)
 
 
 def kubeconfig(path: Path, server: str, namespace: str = "default") -> Path:

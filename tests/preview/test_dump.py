@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -71,6 +72,70 @@ def test_only_host_network_pods_are_kept_and_projected(write: Write) -> None:
         ("exporter", "n1", (("TCP", 9100),))
     ]
     assert views.duplicates[0].startswith("Pod monitoring/exporter is in the input 2 times")
+
+
+def test_pods_that_hold_node_ports_are_kept_and_the_rest_skipped(write: Write) -> None:
+    """What ``kubectl get pods -A -o yaml`` holds (every Pod; docs/design.md §4.9): a
+    host-network Pod's containerPort, another Pod's hostPort (sidecar init containers
+    included) are kept; a Pod that holds nothing (no hostPort, not bound, ended, a plain
+    init container's hostPort) is skipped and counted. ``host_port_pods=False`` keeps
+    the host-network ones only (the setting off)."""
+
+    def pod(
+        name: str,
+        *,
+        host_network: bool = False,
+        node: str | None = "n1",
+        phase: str = "Running",
+        init: str | None = None,
+        **port: object,
+    ) -> dict[str, Any]:
+        """A Pod declaring containerPort 8080 (and ``port``'s fields) in its container, or
+        with ``init`` in an init container of that ``restartPolicy`` (``""``: none)."""
+        container: dict[str, Any] = {"name": "c", "ports": [{"containerPort": 8080, **port}]}
+        spec: dict[str, Any] = {"containers": [container]}
+        if init is not None:
+            spec = {"containers": [{"name": "app"}], "initContainers": [container]}
+            if init:
+                container["restartPolicy"] = init
+        if node:
+            spec["nodeName"] = node
+        if host_network:
+            spec["hostNetwork"] = True
+        meta = {"name": name, "namespace": "ns"}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+                "status": {"phase": phase}}  # fmt: skip
+
+    objects = [
+        pod("web"), pod("exporter", host_network=True), pod("ingress", hostPort=80),
+        pod("dns", hostPort=53, protocol="UDP", hostIP="10.0.0.1"),
+        pod("unbound", node=None, hostPort=81), pod("ended", phase="Failed", hostPort=81),
+        pod("init", init="", hostPort=81), pod("s", init="Always", hostPort=81),
+    ]  # fmt: skip
+    path = write(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects}))
+    dump = load_dump([path])
+    assert [o["metadata"]["name"] for o in dump.pods] == ["exporter", "ingress", "dns", "s"]
+    assert dump.skipped == {"Pod": 4}
+    views = load_views([path])
+    assert [(p.name, p.ports) for p in views.pods] == [
+        ("exporter", (("TCP", 8080),)), ("ingress", (("TCP", 80),)), ("dns", (("UDP", 53),)),
+        ("s", (("TCP", 81),)),
+    ]  # fmt: skip
+    off = load_dump([path], host_port_pods=False)
+    assert [o["metadata"]["name"] for o in off.pods] == ["exporter"]
+    assert off.skipped == {"Pod": 7}
+    assert [p.name for p in load_views([path], host_port_pods=False).pods] == ["exporter"]
+
+
+def test_a_pod_that_cannot_be_projected_is_unusable_input_not_skipped(write: Write) -> None:
+    """A Pod with a field of the wrong type may hold a port: it is reported, naming it."""
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad", "namespace": "ns"},
+           "spec": {"nodeName": "n1", "containers": [{"name": "c", "ports": "80"}]}}  # fmt: skip
+    path = write(yaml.safe_dump({"kind": "List", "items": [bad]}))
+    assert len(load_dump([path]).pods) == 1
+    where = r"items\[0\] \(Pod ns/bad\): spec.containers\[0\].ports"
+    with pytest.raises(DumpError, match=where):
+        load_views([path])
 
 
 def test_later_file_wins_and_views_are_sorted(write: Write) -> None:

@@ -1,7 +1,8 @@
 """``preview`` decides port ownership against the whole cluster, whatever it shows
-(docs/design.md §4.9, §8): the Services of every namespace and the ``hostNetwork: true``
-Pods, live and from a dump, as the controller does. A user who may not list them
-cluster-wide gets the narrower answer and one ``Warning:`` line saying so."""
+(docs/design.md §4.9, §8): the Services of every namespace and the Pods that hold node
+ports (``hostNetwork: true`` containerPorts, any Pod's hostPorts; ``--no-host-port-pods``:
+the host-network ones only), live and from a dump, as the controller does. A user who may
+not list them cluster-wide gets the narrower answer and one ``Warning:`` line saying so."""
 
 from __future__ import annotations
 
@@ -34,10 +35,15 @@ def web(name: str, namespace: str, *, created: str, port: int = 80) -> dict[str,
     return obj
 
 
-def pod(name: str, *, node: str, port: int, host_network: bool = True) -> dict[str, Any]:
+def pod(
+    name: str, *, node: str, port: int, host_network: bool = True, host_port: int | None = None
+) -> dict[str, Any]:
+    declared: dict[str, Any] = {"containerPort": port}
+    if host_port is not None:
+        declared["hostPort"] = host_port
     spec: dict[str, Any] = {
         "nodeName": node,
-        "containers": [{"name": "c", "image": "x", "ports": [{"containerPort": port}]}],
+        "containers": [{"name": "c", "image": "x", "ports": [declared]}],
     }
     if host_network:
         spec["hostNetwork"] = True
@@ -55,6 +61,8 @@ ALPHA = web("alpha", "team-a", created="2025-01-01T00:00:00Z")
 BETA = web("beta", "team-b", created="2025-06-01T00:00:00Z")
 EXPORTER = pod("node-exporter-n1", node="n1", port=80)
 ON_POD_NETWORK = pod("nginx-n2", node="n2", port=80, host_network=False)
+INGRESS = pod("ingress-n2", node="n2", port=8080, host_network=False, host_port=80)
+"""On the Pod network, holding TCP/80 of n2 through the CNI portmap plugin."""
 
 
 def as_list(*objects: object) -> str:
@@ -182,7 +190,7 @@ def test_a_host_network_pod_in_a_dump_blocks_its_nodes_address(write: Write) -> 
     run = preview("-f", cluster, "-f", pods, "-o", "json")
     assert run.code == 0, run.stderr
     [item] = json.loads(run.stdout)["items"]
-    assert item["ingress"] == [{"ip": "10.0.0.2", "ipMode": "VIP"}]
+    assert [e["ip"] for e in item["ingress"]] == ["10.0.0.2"]
     found = verdicts(run.stdout)
     assert found["n1"][0] == "PortInUse" and HELD_BY_POD in found["n1"][1]
     assert found["n2"][0] == "Selected", "a Pod on the Pod network holds no node port"
@@ -196,7 +204,9 @@ def test_a_pod_on_the_pod_network_in_a_dump_is_ignored(write: Write) -> None:
     assert run.stdout == preview("-f", write(as_list(*NODES, ALPHA), "plain.yaml")).stdout
 
 
-def test_the_live_read_lists_host_network_pods_only_and_they_block(live: FakeApiServer) -> None:
+def test_the_live_read_keeps_host_network_pods_and_skips_the_pod_network(
+    live: FakeApiServer,
+) -> None:
     live.seed([EXPORTER, ON_POD_NETWORK])
     live.reset_requests()
     run = preview("-n", "team-a", "-o", "json")
@@ -206,6 +216,82 @@ def test_the_live_read_lists_host_network_pods_only_and_they_block(live: FakeApi
     assert found["n2"][0] == "Selected"
     [pods] = [r for r in live.request_log() if r["resource"] == "pods"]
     assert (pods["verb"], pods["namespace"]) == ("list", "")
+
+
+# -- hostPort Pods (host-port-pods) ------------------------------------------------------------
+
+
+def test_a_host_port_pod_in_a_dump_blocks_its_nodes_address(write: Write) -> None:
+    """``kubectl get pods -A -o yaml``: every Pod; those that hold a node port count."""
+    cluster = write(as_list(*NODES, ALPHA), "cluster.yaml")
+    pods = write(as_list(EXPORTER, ON_POD_NETWORK, INGRESS), "pods.yaml")
+    run = preview("-f", cluster, "-f", pods, "-o", "json")
+    assert run.code == 0, run.stderr
+    [item] = json.loads(run.stdout)["items"]
+    assert item["ingress"] == [], "n1 held by the exporter, n2 by the ingress's hostPort"
+    found = verdicts(run.stdout)
+    assert found["n2"][0] == "PortInUse" and "monitoring/ingress-n2" in found["n2"][1]
+    assert "nginx-n2" not in run.stdout
+
+
+@pytest.mark.parametrize(
+    "how", [["--no-host-port-pods"], ["env"]], ids=["flag", "NODE_IPAM_HOST_PORT_PODS"]
+)
+def test_with_host_port_pods_off_a_dump_counts_host_network_pods_only(
+    write: Write, monkeypatch: pytest.MonkeyPatch, how: list[str]
+) -> None:
+    """What the controller would do with the setting off: the hostPort Pod is not read,
+    and the Service takes n2's TCP/80 from it."""
+    flags = how
+    if how == ["env"]:
+        monkeypatch.setenv("NODE_IPAM_HOST_PORT_PODS", "false")
+        flags = []
+    cluster = write(as_list(*NODES, ALPHA), "cluster.yaml")
+    pods = write(as_list(EXPORTER, ON_POD_NETWORK, INGRESS), "pods.yaml")
+    run = preview("-f", cluster, "-f", pods, "-o", "json", *flags)
+    assert run.code == 0, run.stderr
+    [item] = json.loads(run.stdout)["items"]
+    assert [e["ip"] for e in item["ingress"]] == ["10.0.0.2"]
+    assert verdicts(run.stdout)["n2"][0] == "Selected"
+
+
+@pytest.mark.parametrize(
+    ("flags", "selector", "n2"),
+    [([], None, "PortInUse"), (["--no-host-port-pods"], "spec.hostNetwork=true", "Selected")],
+    ids=["host-port-pods", "off"],
+)
+def test_the_live_read_lists_every_pod_and_keeps_the_port_holders(
+    live: FakeApiServer,
+    monkeypatch: pytest.MonkeyPatch,
+    flags: list[str],
+    selector: str | None,
+    n2: str,
+) -> None:
+    """Every Pod is listed (no field selector: none finds a hostPort), page by page, and
+    only those that hold a node port are kept; off, ``spec.hostNetwork=true`` as before."""
+    from app.kube.client import KubernetesAPI
+
+    calls: list[dict[str, Any]] = []
+    kept: list[str] = []
+    real = KubernetesAPI.list_items
+
+    def spy(self: KubernetesAPI, kind: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        items = real(self, kind, **kwargs)
+        if kind == "pods":
+            calls.append(kwargs)
+            kept.extend(p["metadata"]["name"] for p in items)
+        return items
+
+    monkeypatch.setattr(KubernetesAPI, "list_items", spy)
+    live.seed([EXPORTER, ON_POD_NETWORK, INGRESS])
+    run = preview("-n", "team-a", "-o", "json", *flags)
+    assert run.code == 0, run.stderr
+    [call] = calls
+    assert call.get("field_selector") == selector
+    assert sorted(kept) == (["ingress-n2", "node-exporter-n1"] if n2 == "PortInUse" else
+                            ["node-exporter-n1"])  # fmt: skip
+    found = verdicts(run.stdout)
+    assert found["n1"][0] == "PortInUse" and found["n2"][0] == n2
 
 
 def test_forbidden_pods_are_one_warning_never_a_failure(live: FakeApiServer) -> None:
