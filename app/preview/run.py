@@ -292,12 +292,12 @@ def run_preview(
     now: float | None = None,
     scope: Scope | None = None,
     source: DumpSource | None = None,
+    host_port_pods: bool = True,
 ) -> int:
     """Read ``paths`` (or call ``source``), preview every Service in ``scope``, print in
     ``output`` format; return the exit code.
 
     ``settings`` are :class:`SelectionSettings` or its keyword arguments (validated here).
-    host_port_pods: bool = True,
     ``host_port_pods`` (the ``host-port-pods`` setting, docs/design.md §10) decides which
     Pods of the files count: those that hold a node port, or with ``False`` only the
     ``hostNetwork: true`` ones, as the controller would read them (a ``source`` has read
