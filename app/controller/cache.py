@@ -5,8 +5,8 @@
 hold node ports only) objects, never full API objects, keyed like client-go's
 ``MetaNamespaceKeyFunc`` (``name`` for Nodes, ``namespace/name`` otherwise), with an index
 of EndpointSlices by ``namespace/<kubernetes.io/service-name>`` and the port index of
-Services and Pods (docs/design.md §4.9). Informer threads write, workers and the web layer read; every method
-is thread-safe.
+Services and Pods (docs/design.md §4.9). Informer threads write, workers and the web layer
+read; every method is thread-safe.
 """
 
 from __future__ import annotations

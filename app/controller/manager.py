@@ -38,7 +38,7 @@ from app.core.hazards import KUBE_PROXY_IPVS, Hazard, concerning
 from app.core.health import NO_HEALTH, HealthPolicy, HealthTable, HealthView, probe_targets
 from app.core.kubeproxy import CONFIG_MAP, ipvs_hazard, proxy_mode
 from app.core.nodeipam import is_managed
-from app.core.ports import held_ports, pod_ports
+from app.core.ports import held_ports, pod_ports, stored_vip_ips
 from app.core.views import (
     PodView,
     ServiceView,
@@ -517,7 +517,8 @@ class Controller:
         elif kind == "endpointslices":
             with self._lock:
                 keys = services_for_endpoint_slice_changes(changes=changes, managed=self._managed)
-                # A Local Service's candidates changed: so may its rivals' ports (§4.9).
+                # A Local Service's candidates changed, or a Service's own backends (which
+                # never block it): so may its rivals' ports (§4.9).
                 rivals = [held_ports(self._managed[key]) for key in keys]
             self._enqueue([*keys, *(k for ports in rivals for k in self.cache.related(ports))])
         elif kind == "pods":
@@ -552,6 +553,11 @@ class Controller:
         only while leading and synced."""
         for key, old, new in changes:
             if new is not None and self.reconciler.is_own_write(old, new):
+                # Our write took addresses away: the sharers of its ports may now win them
+                # (a Service that publishes an address nowhere claims nothing there, §4.9).
+                # One hop per write; a write that only adds addresses changes no decision.
+                if old is not None and set(stored_vip_ips(old)) - set(stored_vip_ips(new)):
+                    yield from self.cache.related(held_ports(new)) - {key}
                 continue
             yield key
             ports = {p for view in (old, new) if view is not None for p in held_ports(view)}

@@ -47,7 +47,7 @@ from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import LOCAL, Selection, candidate_ips, is_managed, owned, select
 from app.core.options import SelectionSettings
 from app.core.ports import PortIndex
-from app.core.status import ingress_differs
+from app.core.status import ingress_differs, with_ports
 from app.core.text import elide
 from app.core.views import EndpointSliceView, ServiceView
 from app.preview.output import write_json, write_yaml
@@ -137,6 +137,8 @@ def preview_dump(
         ports.put_service(f"{svc.namespace}/{svc.name}", None, svc)
     for pod in views.pods:
         ports.put_pod(f"{pod.namespace}/{pod.name}", None, pod)
+    for piece in views.endpoint_slices:
+        ports.put_slice(f"{piece.namespace}/{piece.name}", None, piece)
     candidates: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def selection_of(svc: ServiceView) -> Selection:
@@ -184,7 +186,10 @@ def would_change(sel: Selection, svc: ServiceView) -> bool:
     """True when the controller would write ``sel``'s ingress over ``svc``'s stored one
     (the reconciler's own comparison, :func:`app.core.status.ingress_differs`); never for
     a Service it does not write (not managed, or a malformed selector)."""
-    return sel.ingress is not None and ingress_differs(sel.ingress, svc.ingress)
+    if sel.ingress is None:
+        return False
+    stored = with_ports(svc.ingress or (), svc.ingress_ports)
+    return ingress_differs(sel.ingress, stored)
 
 
 def node_summary(sel: Selection) -> str:
