@@ -61,10 +61,20 @@ RESULTS: dict[tuple[str, str], dict[str, Any]] = {}
 def fault_node(cluster: Cluster) -> Node:
     """node-1 or node-2, never the Lease holder's node (cutting it would be a leader
     change, not a node fault); one without any node-ipam-lb Pod when there is one."""
-    pods = kubectl_json(cluster, "-n", NAMESPACE, "get", "pods")["items"]
+    found: list[Any] = []
+
+    def leader_is_running() -> bool:
+        # Right after a rollout the Lease may still name a Pod that is gone, until a new
+        # holder takes it (at most the lease duration): wait for that, do not guess.
+        pods = kubectl_json(cluster, "-n", NAMESPACE, "get", "pods")["items"]
+        leader = lease_holder(cluster).split("_")[0]
+        hosts = [p["spec"].get("nodeName") for p in pods if p["metadata"]["name"] == leader]
+        found[:] = [pods, hosts]
+        return len(hosts) == 1
+
+    wait_for("the Lease holder among the running Pods", leader_is_running, timeout=60)
+    pods, (leader_host,) = found
     hosts = {p["spec"].get("nodeName") for p in pods}
-    leader = lease_holder(cluster).split("_")[0]
-    (leader_host,) = [p["spec"].get("nodeName") for p in pods if p["metadata"]["name"] == leader]
     candidates = [n for n in cluster.nodes if n.name in ("node-1", "node-2")]
     candidates = [n for n in candidates if n.name != leader_host]
     free = [n for n in candidates if n.name not in hosts]

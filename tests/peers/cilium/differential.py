@@ -114,8 +114,13 @@ def classify(
 
 
 RESERVED_NODE_PORTS = frozenset({22, 2379, 2380, 6443, 10250, 10256, 10257, 10259})
-"""docs/design.md §4.9's default ``reserved-node-ports``, restated: the oracle below does
-not read ``app/`` (a test pins the two equal)."""
+"""docs/design.md §4.9's default ``reserved-node-ports`` of any protocol, restated: the
+oracle below does not read ``app/`` (a test pins the two equal)."""
+RESERVED_BY_PROTOCOL = frozenset(
+    {("TCP", 179), ("TCP", 5001), ("UDP", 4789), ("UDP", 6081), ("UDP", 8472),
+     ("UDP", 51820), ("UDP", 51821), ("UDP", 51871)}
+)  # fmt: skip
+"""The rest of that default: the CNIs' tunnel, WireGuard and BGP ports, one protocol each."""
 
 
 def _ports(service: dict[str, Any]) -> set[tuple[str, int]]:
@@ -157,7 +162,10 @@ def port_ownership_losses(
     blocked = set()
     for name in candidates:
         taken = set().union(*(ports for other, ports in node_ports.items() if other != name))
-        if any(port in RESERVED_NODE_PORTS or port in taken for _, port in _ports(by_name[name])):
+        if any(
+            port in RESERVED_NODE_PORTS or (protocol, port) in RESERVED_BY_PROTOCOL or port in taken
+            for protocol, port in _ports(by_name[name])
+        ):
             blocked.add(name)
     lost: dict[str, set[str]] = {
         name: set(ips) if name in blocked else set() for name, ips in candidates.items()

@@ -31,6 +31,7 @@ from tests.peers.cilium.clusters import (
 )
 from tests.peers.cilium.differential import (
     IDENTICAL,
+    RESERVED_BY_PROTOCOL,
     RESERVED_NODE_PORTS,
     RULES,
     ClusterResult,
@@ -216,7 +217,9 @@ def test_classify_port_ownership(
 
 def test_the_oracle_reserves_the_documented_ports() -> None:
     ranges = parse_port_ranges(DEFAULT_RESERVED_NODE_PORTS, flag="reserved-node-ports")
-    assert set(RESERVED_NODE_PORTS) == {p for r in ranges for p in range(r.first, r.last + 1)}
+    anyone = {p for r in ranges if r.protocol is None for p in range(r.first, r.last + 1)}
+    one = {(r.protocol, p) for r in ranges if r.protocol for p in range(r.first, r.last + 1)}
+    assert (set(RESERVED_NODE_PORTS), set(RESERVED_BY_PROTOCOL)) == (anyone, one)
 
 
 def _svc(name: str, created: str, *ports: tuple[str, int], node_port: int = 0) -> dict[str, Any]:
