@@ -1065,12 +1065,15 @@ def test_another_services_node_port_is_never_published(release: Cluster) -> None
     """A Service of our class whose port is ``web``'s allocated nodePort: denied by the
     webhook (naming traffic/web, seen with ``--dry-run=server``); created with the
     ValidatingWebhookConfiguration deleted, it is never published (``PortInUse``), and
-    every node address, web's ingress included, keeps answering on the nodePort from the
-    ``traffic`` backend (the intruder has a backend of its own, which would answer if
-    kube-proxy captured the port for it)."""
+    every node address that serves node ports (iptables mode: web's ingress, node-3's
+    ExternalIPs, too) keeps answering on the nodePort from the ``traffic`` backend (the
+    intruder has a backend of its own, which would answer if kube-proxy captured the port
+    for it)."""
     web = kubectl_json(release, "-n", APP, "get", "service", "web")
     node_port = int(web["spec"]["ports"][0]["nodePort"])
-    addresses = ingress_ips(release, "web")
+    # nftables mode with nodePortAddresses unset serves node ports on the node's primary
+    # addresses only (its InternalIPs here), iptables mode on every local address.
+    addresses = ingress_ips(release, "web") if release.proxy_mode == "iptables" else []
     for node in release.nodes:
         addresses += [ip for ip in (node.ipv4, node.ipv6) if ip not in addresses]
     targets = [(ip, node_port) for ip in addresses]

@@ -44,6 +44,7 @@ from tests.cluster import PROXY_MODES
 from tests.cluster.cluster import NETNS_DIR, Cluster, Node
 from tests.cluster.helpers import (
     NAMESPACE,
+    Answer,
     all_from,
     apply,
     backend_container,
@@ -323,7 +324,10 @@ def test_a_host_network_daemon_set_is_published_on_its_own_nodes(
 ) -> None:
     """Its Service (``Local``: by its endpoints; ``Cluster``: node selector ``edge=true``)
     gets node-1's and node-2's addresses, and each answers on 8095 from the DaemonSet's
-    Pods (``Local``: the Pod of the address's own node)."""
+    Pods (``Local``: the Pod of the address's own node). A node's own Pod listens on
+    8095 of its addresses whatever kube-proxy does, so ``Cluster`` must also show
+    kube-proxy's rule in force: requests to each address answered by the other node's Pod
+    too."""
     mode = release.proxy_mode
     name = f"edge-{policy.lower()}"
     manifest = service_manifest(
@@ -347,11 +351,26 @@ def test_a_host_network_daemon_set_is_published_on_its_own_nodes(
             timeout=30,
             explain=explain,
         )
-        served = requests_to(release, targets, 4)
+        owner = {ip: n.name for n in nodes for ip in (n.ipv4, n.ipv6)}
+        served: list[tuple[str, Answer]] = []
+
+        def spread() -> bool:
+            """Every address answered from both nodes (``Cluster``: kube-proxy's rule)."""
+            served.extend(requests_to(release, targets, 2))
+            seen = {(ip, a["node"]) for ip, a in served if isinstance(a, dict)}
+            return all((ip, n.name) in seen for ip in expected for n in nodes)
+
+        if policy == "Cluster":
+            wait_for(
+                f"each address of {name} answered from both nodes' Pods",
+                spread,
+                timeout=30,
+                explain=lambda: f"answered: {by_whom(served)}\n{explain()}",
+            )
+        served += requests_to(release, targets, 4)
         figure(f"{mode}: {name}'s addresses answered by", by_whom(served))
         assert all_from(served, set(edge)), explain()
         if policy == "Local":
-            owner = {ip: n.name for n in nodes for ip in (n.ipv4, n.ipv6)}
             wrong = [(ip, a) for ip, a in served if isinstance(a, dict) and a["node"] != owner[ip]]
             assert not wrong, f"Local answered from another node: {wrong}"
         assert ingress_of(release, EDGE, name) == expected, explain()
