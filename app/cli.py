@@ -117,9 +117,9 @@ def preview(
             "--filename",
             metavar="FILE",
             help="Cluster dump (kubectl get nodes,services,endpointslices -A -o yaml|json,"
-            " and in a file of its own kubectl get pods -A -o yaml|json, of which the Pods"
-            " that hold node ports are kept); '-' reads stdin. Repeatable. Without it the"
-            " live cluster is read.",
+            " and in a file of its own kubectl get pods -A -o json, of which the Pods that"
+            " hold node ports are kept); '-' reads stdin. Repeatable. Without it the live"
+            " cluster is read.",
             show_default=False,
         ),
     ] = None,

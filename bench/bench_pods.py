@@ -330,6 +330,91 @@ def service_objects() -> list[Obj]:
     ]
 
 
+def as_listed(spec: PodSpec) -> Obj:
+    """The Pod as ``kubectl get pods -o json|yaml`` prints it from a v1.35 kube-apiserver
+    (copied from one of this benchmark's Pods there): :func:`pod_object` with the
+    server's defaults, the ServiceAccount token volume, the default tolerations, the
+    generated metadata and :func:`pod_status` (kubectl leaves ``managedFields`` out)."""
+    obj = pod_object(spec)
+    volume = f"kube-api-access-{_suffix(spec.index)}"
+    obj["metadata"] |= {
+        "creationTimestamp": STARTED,
+        "generation": 1,
+        "resourceVersion": str(1000 + spec.index),
+        "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, spec.path)),
+    }
+    container = obj["spec"]["containers"][0]
+    container |= {
+        "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "volumeMounts": [
+            {
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                "name": volume,
+                "readOnly": True,
+            }
+        ],
+    }
+    for probe in ("livenessProbe", "readinessProbe"):
+        container[probe] |= {"successThreshold": 1, "timeoutSeconds": 1}
+        container[probe].setdefault("failureThreshold", 3)
+        container[probe]["httpGet"]["scheme"] = "HTTP"
+    obj["spec"] |= {
+        "dnsPolicy": "ClusterFirst",
+        "enableServiceLinks": True,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "priority": 0,
+        "restartPolicy": "Always",
+        "schedulerName": "default-scheduler",
+        "securityContext": {},
+        "serviceAccount": "default",
+        "serviceAccountName": "default",
+        "terminationGracePeriodSeconds": 30,
+        "tolerations": [
+            {
+                "effect": "NoExecute",
+                "key": f"node.kubernetes.io/{key}",
+                "operator": "Exists",
+                "tolerationSeconds": 300,
+            }
+            for key in ("not-ready", "unreachable")
+        ],
+        "volumes": [
+            {
+                "name": volume,
+                "projected": {
+                    "defaultMode": 420,
+                    "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {
+                            "configMap": {
+                                "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                                "name": "kube-root-ca.crt",
+                            }
+                        },
+                        {
+                            "downwardAPI": {
+                                "items": [
+                                    {
+                                        "fieldRef": {
+                                            "apiVersion": "v1",
+                                            "fieldPath": "metadata.namespace",
+                                        },
+                                        "path": "namespace",
+                                    }
+                                ]
+                            }
+                        },
+                    ],
+                },
+            }
+        ],
+    }
+    obj["status"] = pod_status(spec)
+    return obj
+
+
 def base_objects(scale: PodScale, *, with_pods: bool) -> list[Obj]:
     """Namespaces, Nodes and Services (and, for the fake API, every Pod with its status)."""
     namespaces = {SERVICE_NAMESPACE, "monitoring", "ingress", "dns"}
@@ -669,6 +754,65 @@ def report(runs: Sequence[Run], rate: float, seconds: float, idle: float) -> str
     return "\n".join(lines)
 
 
+def dump_cost(scale: PodScale, fmt: str, workdir: Path) -> str:
+    """``node-ipam-lb preview -f cluster.json -f pods.<fmt>`` on the cluster's Pods as
+    ``kubectl get pods -A -o <fmt>`` prints them (:func:`as_listed`): the file's size,
+    and the preview's wall time, CPU and peak RSS (``getrusage`` of the child). Run one
+    format per process: the peak is the largest of every child waited for."""
+    import resource
+    import subprocess
+    import sys
+
+    import yaml
+
+    cluster = workdir / "cluster.json"
+    cluster.write_bytes(
+        orjson.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": base_objects(scale, with_pods=False)}
+        )
+    )
+    pods = workdir / f"pods.{fmt}"
+    listed = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [as_listed(spec) for spec in pod_specs(scale)],
+    }
+    if fmt == "json":
+        pods.write_bytes(orjson.dumps(listed, option=orjson.OPT_INDENT_2))
+    else:
+        with pods.open("w") as handle:
+            yaml.dump(listed, handle, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
+    del listed
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.perf_counter()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from app.cli import main; main()",
+            "preview",
+            "-f",
+            str(cluster),
+            "-f",
+            str(pods),
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        check=False,
+    )
+    wall = time.perf_counter() - wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"preview exited {done.returncode}: {done.stderr[-2000:]!r}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return (
+        f"  preview -f cluster.json -f {pods.name} ({pods.stat().st_size / 1e6:.0f} MB,"
+        f" {scale.pods} Pods): {wall:.1f} s wall, {cpu:.1f} s CPU,"
+        f" peak RSS {after.ru_maxrss / 1024:.0f} MiB"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Seed the cluster, list it, run ``serve`` per setting and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -680,9 +824,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--churn-rate", type=float, default=100.0, help="updates per second")
     parser.add_argument("--churn-seconds", type=float, default=60.0)
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
+    parser.add_argument(
+        "--dump",
+        choices=["json", "yaml"],
+        default=None,
+        help="instead: the offline preview of a dump of every Pod in this format",
+    )
     args = parser.parse_args(argv)
     scale = PodScale(nodes=args.nodes, pods=args.pods)
     print(f"machine: {machine()}; load {os.getloadavg()}", flush=True)
+    if args.dump:
+        with tempfile.TemporaryDirectory(prefix="bench-pods-dump-") as tmp:
+            print(dump_cost(scale, args.dump, args.workdir or Path(tmp)), flush=True)
+        print(f"machine at the end: {machine()}")
+        return
     specs = list(pod_specs(scale))
     print(
         f"cluster: {scale.nodes} Nodes, {len(specs)} Pods ({len(scale.holder_nodes)} hold"
@@ -698,6 +853,9 @@ def main(argv: list[str] | None = None) -> None:
         else:
             api = start_fakeapi(objects=base_objects(scale, with_pods=True), workdir=workdir)
         print(f"  {api.label} seeded in {time.perf_counter() - started:.1f} s", flush=True)
+        if isinstance(api, RealApi):
+            peaks = ", ".join(f"{n} {mb:.0f} MiB" for n, mb in api.peak_rss_mb().items())
+            print(f"  peak RSS after seeding: {peaks}", flush=True)
         try:
             for selector in (None, "spec.hostNetwork=true"):
                 figures = list_pods(api, selector)
@@ -729,6 +887,9 @@ def main(argv: list[str] | None = None) -> None:
                     f" done; machine: {machine()}",
                     flush=True,
                 )
+            if isinstance(api, RealApi):
+                peaks = ", ".join(f"{n} {mb:.0f} MiB" for n, mb in api.peak_rss_mb().items())
+                print(f"  peak RSS at the end: {peaks}", flush=True)
         finally:
             api.stop()
     print(report(runs, args.churn_rate, args.churn_seconds, args.idle_seconds))

@@ -254,12 +254,15 @@ def warning_lines(selections: Sequence[Selection]) -> list[str]:
 
 
 DUMP_COMMAND = "kubectl get nodes,services,endpointslices -A -o yaml"
-PODS_DUMP_COMMAND = "kubectl get pods -A -o yaml"
+PODS_DUMP_COMMAND = "kubectl get pods -A -o json"
 """The Pods of a dump (docs/design.md §4.9), in a file of their own: two ``kubectl -o
 yaml`` outputs written one after the other are not one YAML document. Every Pod: no field
 selector finds a ``hostPort`` (``spec.hostNetwork=true`` finds only the host-network ones,
 enough with ``--no-host-port-pods``); the preview keeps those that hold a node port
-(:func:`app.core.dump.holds_node_ports`)."""
+(:func:`app.core.dump.holds_node_ports`). JSON, not YAML: a dump of every Pod is large
+(150,000 Pods: ~1 GB), and PyYAML holds the whole document's node tree while it reads
+(bench/README.md §11: the YAML of 150,000 Pods did not fit in 23 GiB; the JSON took
+40 s and 3.6 GiB)."""
 DUMP_ADVICE = (
     f"dump them with {DUMP_COMMAND}, and the Pods with {PODS_DUMP_COMMAND} (one -f per output)"
 )

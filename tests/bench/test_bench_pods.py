@@ -12,7 +12,9 @@ from app.core.views import pod_view
 from bench.bench_pods import (
     SERVICES,
     PodScale,
+    as_listed,
     base_objects,
+    dump_cost,
     informer_list,
     list_pods,
     pod_object,
@@ -79,3 +81,14 @@ def test_one_run_per_setting_reads_keeps_and_publishes_as_the_setting_says(
     assert off.published["svc-http"] == on.published["svc-http"] + off.exposed["svc-http"]
     assert on.rss_quiet > 0 and on.cpu_ready > 0
     assert informer_list(tmp_path / "serve-True.log")[:2] == (TINY.pods, 24)
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_the_offline_preview_of_a_pod_dump_runs(tmp_path: Path, fmt: str) -> None:
+    """``--dump``: every Pod as kubectl prints it, the holders kept by the preview."""
+    spec = next(s for s in pod_specs(TINY) if s.kind == "ingress")
+    listed = as_listed(spec)
+    assert listed["spec"]["serviceAccountName"] == "default" and "status" in listed
+    assert pod_view(listed).ports == (("TCP", 80), ("TCP", 443))
+    line = dump_cost(TINY, fmt, tmp_path)
+    assert f"-f pods.{fmt}" in line and f"{TINY.pods} Pods" in line, line

@@ -13,7 +13,7 @@ from tests.preview.conftest import preview
 Write = Callable[..., str]
 ADVICE = (
     "dump them with kubectl get nodes,services,endpointslices -A -o yaml, and the"
-    " Pods with kubectl get pods -A -o yaml (one -f per output)"
+    " Pods with kubectl get pods -A -o json (one -f per output)"
 )
 NO_NODES = f"Warning: the input has no Nodes: {ADVICE}"
 NO_SLICES = f"Warning: the input has no EndpointSlices: {ADVICE}"
