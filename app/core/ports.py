@@ -44,6 +44,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from app.core.status import with_ports
+
 if TYPE_CHECKING:  # views imports options, which imports this module
     from app.core.views import EndpointSliceView, HostPort, PodView, ServiceView
 
@@ -382,9 +384,13 @@ def incumbent(service: ServiceView, address: str) -> bool:
     current ports (an entry recording no ports counts for all: :func:`published_ports`).
     A Service that added a port since it was published is no incumbent there: rule 2 of
     docs/design.md §4.9 (per-port incumbency)."""
-    if not service.ingress:
-        return False
-    recorded = published_ports(service)
+    return _incumbent_in(published_ports(service) if service.ingress else {}, service, address)
+
+
+def _incumbent_in(
+    recorded: Mapping[str, frozenset[PortKey] | None], service: ServiceView, address: str
+) -> bool:
+    """:func:`incumbent` on ``recorded``, ``service``'s :func:`published_ports`."""
     if address not in recorded:
         return False
     held = recorded[address]
@@ -465,38 +471,16 @@ MAX_PORT_RECORDS = 8192
 :func:`decide` publishes the first addresses (in candidate order) up to it and names the
 limit for the rest (docs/design.md §4.9), so a Service with thousands of ports on many
 nodes cannot make a status the API server refuses, nor cost us memory by the product."""
-MAX_INTERNED = 4096
-"""Distinct (ingress list, ports) pairs :func:`with_port_status` keeps (then it starts over)."""
-MAX_INTERNED_RECORDS = 64
-"""Results of :func:`with_port_status` with more records than this are built anew, never
-kept, so what the memo holds is bounded (:data:`MAX_INTERNED` x this)."""
-_interned: dict[
-    tuple[int, tuple[PortKey, ...]], tuple[tuple[Any, ...], tuple[dict[str, Any], ...]]
-] = {}
 
 
 def with_port_status(
     ingress: Sequence[Mapping[str, Any]], service: ServiceView
 ) -> tuple[dict[str, Any], ...]:
     """``ingress`` (entries with ``ip``/``ipMode``, as ``select`` gives them) with each
-    entry's ``ports`` set to :func:`port_status` of ``service``: what the reconciler
-    writes and preview shows (docs/design.md §4.9). Services with the same ingress list
-    object and the same ports share the result (read-only, as ``select``'s entries are);
-    a Service without ports gets ``ingress`` back as a tuple."""
-    if not service.ports:
-        return tuple(ingress)  # type: ignore[arg-type]
-    key = (id(ingress), service.ports)
-    found = _interned.get(key)
-    if found is not None and found[0] is ingress:
-        return found[1]
-    # A list of its own per entry: YAML would write a shared one as an anchor and alias.
-    out = tuple({**entry, "ports": list(port_status(service))} for entry in ingress)
-    if len(out) * len(service.ports) > MAX_INTERNED_RECORDS:
-        return out
-    if len(_interned) >= MAX_INTERNED:
-        _interned.clear()
-    _interned[key] = (ingress, out)  # type: ignore[assignment]
-    return out
+    entry's ``ports`` set to :func:`port_status` of ``service`` (new dicts,
+    :func:`app.core.status.with_ports`): what preview shows and the reconciler's patch
+    body carries (docs/design.md §4.9)."""
+    return with_ports(ingress, port_key(service))
 
 
 class PortIndex:
@@ -863,11 +847,7 @@ class _Contest:
         recorded = self._recorded.get(key)
         if recorded is None:
             recorded = self._recorded[key] = published_ports(service) if service.ingress else {}
-        held = recorded.get(address, frozenset())
-        incumbent_here = address in recorded and (
-            held is None or all(port in held for port in service.ports)
-        )
-        return (not incumbent_here, *_rank_base(service))
+        return (not _incumbent_in(recorded, service, address), *_rank_base(service))
 
     def _claimants(self, key: PortKey, address: str) -> list[ServiceView]:
         """The other managed Services with port ``key`` that claim ``address``."""

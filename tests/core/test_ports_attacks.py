@@ -593,8 +593,7 @@ def test_f5_one_service_cannot_make_a_status_beyond_what_the_api_server_stores()
     ~40 KB spec) on 64 nodes: every entry records every port, 64,000 PortStatus dicts
     (each a new dict: ``with_port_status`` copies the list per entry), a PATCH body of
     ~2 MB, beyond etcd's default 1.5 MiB request limit. The write fails on every retry
-    (backoff up to 1,000 s), each retry rebuilds the entries, and ``_interned`` keeps up
-    to 4,096 such results: a handful of such Services hold hundreds of MB.
+    (backoff up to 1,000 s), and each retry rebuilds the entries.
 
     Fix: cap the ports a Service may have to get node addresses (a verdict such as
     ``TooManyPorts`` and an admission denial), or cap ports x addresses; share one
