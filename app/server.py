@@ -202,6 +202,7 @@ def build(
         start_worker=True,
         kube_proxy_hazard=controller.kube_proxy_hazard,
         unhealthy=lambda: controller.health_view().unhealthy,
+        decider=controller.reconciler.decider,
     )
     config = uvicorn.Config(
         app,

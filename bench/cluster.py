@@ -26,14 +26,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.decision import Decider, Snapshot
 from app.core.nodeindex import NodeIndex
-from app.core.nodeipam import is_managed, select
+from app.core.nodeipam import is_managed
 from app.core.options import LOAD_BALANCER_CLASS, MATCH_NODE_LABELS_ANNOTATION, SelectionSettings
-from app.core.ports import PortIndex, claims_from_candidates, decide, with_port_status
+from app.core.ports import PortIndex, with_port_status
 from app.core.views import (
     EXCLUDE_FROM_LB_LABEL,
     EndpointSliceView,
-    ServiceView,
     endpoint_slice_view,
     node_view,
     service_view,
@@ -339,9 +339,9 @@ def expected_ingress(
     cluster: Cluster, *, settings: SelectionSettings | None = None
 ) -> dict[str, list[dict[str, str]]]:
     """``namespace/name`` → the ingress list the controller must write, for every managed
-    Service: the product's :func:`app.core.nodeipam.select`, then its port ownership
-    (:func:`app.core.ports.decide`, docs/design.md §4.9) over every Service of the
-    cluster (one implementation of each)."""
+    Service: the product's decision path (:class:`app.core.decision.Decider`: ``select``,
+    then port ownership over every Service of the cluster, docs/design.md §4.9), as the
+    reconciler decides."""
     settings = settings or SelectionSettings()
     nodes = NodeIndex([node_view(n) for n in cluster.nodes])
     slices: dict[str, list[EndpointSliceView]] = {}
@@ -350,53 +350,21 @@ def expected_ingress(
         view = endpoint_slice_view(raw)
         slices.setdefault(f"{view.namespace}/{view.service_name}", []).append(view)
         ports.put_slice(f"{view.namespace}/{view.name}", None, view)
-    now = time.time()
     views = {service_key(raw): service_view(raw) for raw in cluster.services}
     for key, view in views.items():
         ports.put_service(key, None, view)
-    # Services that differ only by name and have no EndpointSlice input get the same
-    # ingress: compute it once per shape (the benchmark data repeats selectors a lot).
-    memo: dict[tuple[Any, ...], list[dict[str, str]]] = {}
-
-    def candidates(key: str, service: ServiceView) -> list[dict[str, str]]:
-        shape = (
-            service.match_node_labels,
-            service.external_traffic_policy,
-            service.ip_families,
-            key if service.external_traffic_policy == "Local" else "",
-        )
-        if shape not in memo:
-            selection = select(
-                service=service,
-                nodes=nodes,
-                endpoint_slices=slices.get(key, ()),
-                settings=settings,
-                now=now,
-            )
-            memo[shape] = [dict(entry) for entry in selection.ingress or ()]
-        return memo[shape]
-
+    decider = Decider(settings)
+    snap = Snapshot(
+        nodes=nodes,
+        now=time.time(),
+        ports=ports,
+        endpoint_slices_of=lambda namespace, name: slices.get(f"{namespace}/{name}", ()),
+    )
     result = {}
     for key, service in views.items():
         if not is_managed(service, settings)[0]:
             continue
-        ingress = candidates(key, service)
-        ownership = decide(
-            service,
-            [e["ip"] for e in ingress],
-            ports=ports,
-            claims_of=claims_from_candidates(
-                lambda other: [
-                    e["ip"] for e in candidates(f"{other.namespace}/{other.name}", other)
-                ],
-                ports=ports,
-                node_of=nodes.node_of,
-                policy=settings.ports,
-            ),
-            node_of=nodes.node_of,
-            policy=settings.ports,
-        )
-        kept = [e for e in ingress if e["ip"] not in ownership.lost]
+        kept = decider.decide(service, snap).ingress or ()
         # Each entry records the ports it is published for, as the controller writes it.
         result[key] = [dict(e) for e in with_port_status(kept, service)] if kept else []
     return result

@@ -28,12 +28,10 @@ with backoff: 409 conflicts, 5xx, connection failures); 404 means the Service is
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,24 +46,20 @@ from app.controller.events import (
     EventRecorder,
     ServiceEvent,
 )
-from app.core.hazards import Hazard
-from app.core.health import NO_HEALTH, NO_UNHEALTHY, HealthView
-from app.core.nodeindex import NodeIndex
-from app.core.nodeipam import Selection, Summary, has_our_class, is_managed, select, summarise
-from app.core.options import SelectionSettings
-from app.core.ports import (
-    OWNERSHIP_FIELDS,
-    Ownership,
-    claims,
-    decide,
-    port_key,
-    stale_ingress,
-    stored_vip_ips,
+from app.core.decision import (
+    SELECTION_FIELDS,
+    Decider,
+    Outcome,
+    Snapshot,
 )
+from app.core.hazards import Hazard
+from app.core.health import NO_HEALTH, HealthView
+from app.core.nodeipam import has_our_class, is_managed
+from app.core.options import SelectionSettings
+from app.core.ports import port_key, stale_ingress
 from app.core.status import PortRecord, status_differs, with_ports
 from app.core.text import elide, elide_bytes
-from app.core.verdicts import ASSIGNED
-from app.core.views import EndpointSliceView, ServiceView
+from app.core.views import ServiceView
 from app.kube.client import ApiError, KubeAPI
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
@@ -83,8 +77,6 @@ def status_patch(
     return {"status": {"loadBalancer": {"ingress": entries}}}
 
 
-NAMES_SHOWN = 3
-"""Node names an Event note lists before "and N more"."""
 SELECTOR_SHOWN = 200
 """Characters of a malformed selector an Event note quotes (cut in the middle)."""
 EXTERNAL_IP_SLOT = "external-ip"
@@ -108,63 +100,6 @@ time Kubernetes itself gives new Pods before it calls a rollout failed, and less
 15 min of the ``NodeIPAMLBServicesPending`` alert, so the Warning exists when it fires."""
 
 
-def name_list(names: Sequence[str], shown: int = NAMES_SHOWN) -> str:
-    """``"a, b, c and 7 more"``: the first ``shown`` names, then how many were left out."""
-    more = len(names) - shown
-    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
-
-
-def no_eligible_nodes_note(selection: Selection) -> str:
-    """Explain an empty ingress from the Selection's own reason and verdicts.
-
-    E.g. ``"every matching Node is excluded (...); ExcludedByLabel: kind-control-plane
-    (has label node.kubernetes.io/exclude-from-external-load-balancers ...)"``: the
-    reason, then per verdict code (in first-seen order) up to three node names and the
-    verdict's sentence. Nothing about selection is recomputed here.
-    """
-    dropped = [v for v in selection.nodes if not v.selected]
-    counts = Counter(v.code for v in dropped)
-    parts = []
-    for code in counts:
-        names = [v.name for v in dropped if v.code == code]
-        sentence = next(v.reason for v in dropped if v.code == code)
-        parts.append(f"{code}: {name_list(names)} ({sentence})")
-    return "; ".join([selection.reason, *parts])
-
-
-def external_ip_preferred_note(hidden: Sequence[str]) -> str | None:
-    """The ``ExternalIPPreferred`` Event's note, or ``None`` when the global ExternalIP
-    preference (docs/design.md §4.4, Cilium's behaviour without
-    ``per-node-address-fallback``) hides no eligible node.
-
-    ``hidden`` holds the names of the Nodes whose verdict is ``ExternalIPPreferred``, in
-    verdict order. E.g. ``"2 eligible node(s) are not advertised because other selected
-    nodes have an ExternalIP (ExternalIPPreferred): worker-3, worker-4; setting
-    per-node-address-fallback advertises their InternalIP"``: the names cut to
-    :data:`NAMES_SHOWN`.
-    """
-    if not hidden:
-        return None
-    return (
-        f"{len(hidden)} eligible node(s) are not advertised because other selected nodes"
-        f" have an ExternalIP (ExternalIPPreferred): {name_list(hidden)};"
-        " setting per-node-address-fallback advertises their InternalIP"
-    )
-
-
-def unhealthy_note(names: Sequence[str]) -> str | None:
-    """The ``NodesUnhealthy`` Event's note, or ``None`` when health checks (docs/design.md
-    §4.11) keep no candidate out. ``names``: the Nodes whose verdict is ``Unhealthy``, in
-    verdict order, cut to :data:`NAMES_SHOWN`."""
-    if not names:
-        return None
-    return (
-        f"{len(names)} node(s) are not advertised because they fail their kube-proxy health"
-        f" checks (Unhealthy): {name_list(names)}; each comes back after"
-        " node-health-check-success-threshold good checks in a row (preview says why)"
-    )
-
-
 def _warning(reason: str, note: str | None) -> ServiceEvent | None:
     """The ``SelectNodes`` Warning ``reason`` saying ``note``; ``None`` without a note."""
     return None if note is None else ServiceEvent(WARNING, reason, "SelectNodes", note)
@@ -173,11 +108,6 @@ def _warning(reason: str, note: str | None) -> ServiceEvent | None:
 def _normal(reason: str, note: str | None) -> ServiceEvent | None:
     """The ``SelectNodes`` Normal Event ``reason`` saying ``note``; ``None`` without a note."""
     return None if note is None else ServiceEvent(NORMAL, reason, "SelectNodes", note)
-
-
-def hidden_nodes(selection: Selection) -> list[str]:
-    """Names of the Nodes ``selection`` hides by the global ExternalIP preference."""
-    return [v.name for v in selection.nodes if v.code == "ExternalIPPreferred"]
 
 
 def invalid_selector_note(error: str, value: str | None) -> str:
@@ -193,192 +123,6 @@ def invalid_selector_note(error: str, value: str | None) -> str:
     room = max(NOTE_LIMIT_BYTES - len(prefix.encode()), 1)
     return prefix + elide_bytes(reason, room)
 
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a reconcile needs from a :class:`~app.core.nodeipam.Selection`, without its
-    per-Node verdicts (so it can be kept for many selectors at little memory):
-    ``ingress`` (``None`` with ``error``), ``reason``, ``recheck_at`` (epoch seconds or
-    ``None``), the notes of the ``NoEligibleNodes`` Warning and the ``ExternalIPPreferred``
-    Normal Event (``None`` when they do not apply), and for the state metrics the Selection's
-    ``code`` and how many Nodes are ``selected`` and ``hidden`` (ExternalIPPreferred).
-    ``ips`` holds the ingress addresses (the candidates port ownership competes with);
-    ``port_note`` says which were not published and why (docs/design.md §4.9);
-    ``unhealthy`` counts the candidates health checks keep out and ``unhealthy_note``
-    names them (§4.11)."""
-
-    ingress: tuple[dict[str, Any], ...] | None
-    error: str | None
-    reason: str
-    recheck_at: float | None
-    empty_note: str | None
-    hidden_note: str | None
-    code: str
-    selected: int
-    hidden: int
-    ips: frozenset[str] = frozenset()
-    port_note: str | None = None
-    unhealthy: int = 0
-    unhealthy_note: str | None = None
-
-    def owned(self, ownership: Ownership, node_of: Callable[[str], str | None]) -> Outcome:
-        """This outcome after port ownership took ``ownership.lost`` (docs/design.md §4.9):
-        the ingress without them, the Nodes still advertised counted again, and the
-        ``PortInUse`` note; an emptied ingress gets the ownership's code and its note as
-        the reason (what :func:`app.core.nodeipam.apply_ownership` gives preview)."""
-        assert self.ingress is not None
-        kept = tuple(e for e in self.ingress if e["ip"] not in ownership.lost)
-        note = ownership.note()
-        if kept:
-            nodes = {node_of(e["ip"]) for e in kept}
-            reason = f"{self.reason}; {len(self.ingress) - len(kept)} not advertised: {note}"
-            code = self.code
-        else:
-            nodes = set()
-            code = ownership.code or "PortInUse"
-            reason = ownership.empty_reason()
-        return dataclasses.replace(
-            self,
-            ingress=kept,
-            reason=reason,
-            empty_note=None if kept else reason,
-            code=code,
-            selected=len(nodes - {None}),
-            ips=frozenset(e["ip"] for e in kept),
-            port_note=note,
-        )
-
-    @classmethod
-    def of(cls, selection: Selection) -> Outcome:
-        """The outcome of ``selection`` (the notes are derived here, once)."""
-        empty = selection.ingress is not None and not selection.ingress
-        hidden = hidden_nodes(selection) if selection.ingress else []
-        failing = [v.name for v in selection.nodes if v.code == "Unhealthy"]
-        return cls(
-            ingress=selection.ingress,
-            error=selection.error,
-            reason=selection.reason,
-            recheck_at=selection.recheck_at,
-            empty_note=no_eligible_nodes_note(selection) if empty else None,
-            hidden_note=external_ip_preferred_note(hidden),
-            code=selection.code,
-            selected=sum(v.selected for v in selection.nodes) if selection.ingress else 0,
-            hidden=len(hidden),
-            ips=frozenset(e["ip"] for e in selection.ingress or ()),
-            unhealthy=len(failing),
-            unhealthy_note=unhealthy_note(failing),
-        )
-
-    @classmethod
-    def of_summary(cls, summary: Summary) -> Outcome:
-        """The outcome of a non-empty :func:`~app.core.nodeipam.summarise` result (equal to
-        :meth:`of` on the Selection ``select`` gives for the same inputs)."""
-        return cls(
-            ingress=summary.ingress,
-            error=None,
-            reason=summary.reason,
-            recheck_at=summary.recheck_at,
-            empty_note=None,
-            hidden_note=external_ip_preferred_note(summary.hidden),
-            code=ASSIGNED,
-            selected=summary.advertised,
-            hidden=len(summary.hidden),
-            ips=frozenset(e["ip"] for e in summary.ingress),
-            unhealthy=len(summary.unhealthy),
-            unhealthy_note=unhealthy_note(summary.unhealthy),
-        )
-
-
-SELECTION_FIELDS = tuple(
-    f.name
-    for f in dataclasses.fields(ServiceView)
-    if f.compare and f.name not in ("ingress", "ingress_ports", "resource_version")
-)
-"""The ServiceView fields a reconcile's result can depend on: all but the status, the
-version and the fields left out of equality (``uid``: our Events' ``regarding`` only)."""
-SHARED_FIELDS = tuple(
-    name for name in SELECTION_FIELDS if name not in ("namespace", "name", *OWNERSHIP_FIELDS)
-)
-"""The fields that key a shared Outcome (``select`` reads the namespace and the name only
-to pick the EndpointSlices of an eTP=Local Service, and those are never shared). A
-per-Service field here would key every shared Outcome apart (each Service its own
-``select`` and its own ingress list: +3 s CPU, +54 MB at a 10,000-Service cold start)."""
-
-MAX_SHARED = 4096
-"""Distinct selection inputs whose Outcome is kept per Node snapshot (then it is cleared)."""
-
-
-class SharedSelections:
-    """One :func:`~app.core.nodeipam.select` per distinct input, shared by every Service
-    that has it: per Node snapshot (the cache's :class:`~app.core.nodeindex.NodeIndex`, by
-    identity), the Outcome is kept by the Service's selection inputs *without* its
-    namespace and name (``select`` reads those only to pick the Service's EndpointSlices,
-    which only ``externalTrafficPolicy: Local`` uses, so Local Services are never shared),
-    and per health view (the ``unhealthy`` mapping, by identity: it is a new object only
-    when the health-checked set changed, docs/design.md §4.11).
-    An Outcome is reused only before its ``recheck_at`` (NotReady grace period). Thread-safe;
-    ``select`` runs outside the lock. At most :data:`MAX_SHARED` entries, then cleared."""
-
-    def __init__(self, settings: SelectionSettings) -> None:
-        self._settings = settings
-        self._lock = threading.Lock()
-        self._index: object | None = None
-        self._unhealthy: object | None = None
-        self._outcomes: dict[tuple[Any, ...], Outcome] = {}
-
-    def outcome(
-        self,
-        service: ServiceView,
-        index: NodeIndex,
-        endpoint_slices: Sequence[EndpointSliceView],
-        now: float,
-        unhealthy: Mapping[str, str] = NO_UNHEALTHY,
-    ) -> Outcome:
-        """The Outcome of ``select`` for ``service`` (see the class docstring)."""
-        if service.external_traffic_policy == "Local":
-            return self._select(service, index, endpoint_slices, now, unhealthy)
-        key = tuple([getattr(service, name) for name in SHARED_FIELDS])
-        with self._lock:
-            if self._index is not index or self._unhealthy is not unhealthy:
-                self._index, self._unhealthy = index, unhealthy
-                self._outcomes = {}
-            found = self._outcomes.get(key)
-        if found is not None and (found.recheck_at is None or now < found.recheck_at):
-            return found
-        outcome = self._select(service, index, (), now, unhealthy)
-        with self._lock:
-            if self._index is index and self._unhealthy is unhealthy:
-                if len(self._outcomes) >= MAX_SHARED:
-                    self._outcomes = {}
-                self._outcomes[key] = outcome
-        return outcome
-
-    def _select(
-        self,
-        service: ServiceView,
-        index: NodeIndex,
-        endpoint_slices: Sequence[EndpointSliceView],
-        now: float,
-        unhealthy: Mapping[str, str],
-    ) -> Outcome:
-        inputs: dict[str, Any] = {
-            "service": service,
-            "nodes": index,
-            "endpoint_slices": endpoint_slices,
-            "settings": self._settings,
-            "now": now,
-            "unhealthy": unhealthy,
-        }
-        # summarise walks only the candidates (for eTP=Local: the endpoints' Nodes); it
-        # answers None when the outcome needs select's verdicts (empty ingress, errors).
-        summary = summarise(**inputs)
-        if summary is not None:
-            return Outcome.of_summary(summary)
-        return Outcome.of(select(**inputs))
-
-
-MAX_CLAIMS = 65_536
-"""Rivals whose port-ownership claims the reconciler keeps at most (then it starts over)."""
 
 OLDER_VERSIONS_KEPT = 16
 """At most this many resourceVersions in :attr:`_Written.older` (a chain of writes whose
@@ -440,6 +184,7 @@ class Reconciler:
         states: metrics.ServiceStates | None = None,
         kube_proxy_hazard: Callable[[str | None], Hazard | None] = _no_hazard,
         health: Callable[[], HealthView] = lambda: NO_HEALTH,
+        decider: Decider | None = None,
     ) -> None:
         # health: the current health view (docs/design.md §4.11; NO_HEALTH with health
         # checks off), read once per reconcile.
@@ -460,21 +205,9 @@ class Reconciler:
         self._lock = threading.Lock()
         self._written: dict[str, _Written] = {}
         self._errors: dict[str, str] = {}
-        self._shared = SharedSelections(settings)
-        # Port ownership (docs/design.md §4.9): each rival's claims, kept while its view,
-        # the Node snapshot, the port index's version and (Local) its EndpointSlices are
-        # the same objects, so a reconcile costs one lookup per rival.
-        self._claims: dict[
-            str,
-            tuple[
-                ServiceView,
-                NodeIndex,
-                int,
-                tuple[EndpointSliceView, ...],
-                Mapping[str, str],
-                frozenset[str],
-            ],
-        ] = {}
+        self.decider = decider if decider is not None else Decider(settings)
+        """The decision path (:class:`~app.core.decision.Decider`; the server shares one
+        with the webhook and preview)."""
         self.states = states if states is not None else metrics.ServiceStates(is_leader)
         """What each managed Service last came to (``node_ipam_lb_services``)."""
 
@@ -514,20 +247,19 @@ class Reconciler:
             self._forget(key, namespace, name)
             return None
         now = self._wall()
-        slices = (
-            self._cache.endpoint_slices(namespace, name)
-            if service.external_traffic_policy == "Local"
-            else []
+        snap = Snapshot(
+            nodes=self._cache.node_index(),
+            now=now,
+            ports=self._cache,
+            endpoint_slices_of=self._cache.endpoint_slices,
+            unhealthy=self._health().unhealthy,
+            port_version=self._cache.port_version(),
         )
-        index = self._cache.node_index()
-        unhealthy = self._health().unhealthy
-        outcome = self._shared.outcome(service, index, slices, now, unhealthy)
+        outcome = self.decider.decide(service, snap)
         if outcome.error is not None or outcome.ingress is None:
             self._invalid_selector(key, namespace, name, outcome, service)
             self._withdraw(key, service, stale_ingress(service, ours=True))
             return None
-        outcome = self._owned(service, outcome, index, now, unhealthy)
-        assert outcome.ingress is not None  # owned() keeps it a list
         desired = outcome.ingress
         assert desired is not None
         # Each entry records the ports it is published for (per-port incumbency, §4.9).
@@ -585,63 +317,6 @@ class Reconciler:
         if said is not None and said.reason != WAITING_FOR_ENDPOINTS:
             return None
         return service.created + ENDPOINT_GRACE_SECONDS
-
-    def _owned(
-        self,
-        service: ServiceView,
-        outcome: Outcome,
-        index: NodeIndex,
-        now: float,
-        unhealthy: Mapping[str, str],
-    ) -> Outcome:
-        """``outcome`` after port ownership (docs/design.md §4.9, :func:`app.core.ports.decide`
-        on the cache's port index; the other claimants' candidates come from the same shared
-        selections on the same Node snapshot)."""
-        policy = self._settings.ports
-        if not outcome.ips or not (service.ports or policy.namespaces is not None):
-            return outcome
-
-        version = self._cache.port_version()
-
-        def claims_of(other: ServiceView) -> frozenset[str]:
-            local = other.external_traffic_policy == "Local"
-            # Every rival's own slices key its claims: they pick a Local Service's
-            # candidates and any Service's own backends, which never block it (§4.9).
-            slices = self._cache.endpoint_slices(other.namespace, other.name)
-            key = service_key(other.namespace, other.name)
-            with self._lock:
-                found = self._claims.get(key)
-            if (
-                found is not None
-                and found[0] is other
-                and found[1] is index
-                and found[2] == version
-                and found[4] is unhealthy
-                and len(found[3]) == len(slices)
-                and all(a is b for a, b in zip(found[3], slices, strict=True))
-            ):
-                return found[5]
-            theirs = self._shared.outcome(other, index, slices if local else [], now, unhealthy)
-            # A malformed selector leaves its stored status as it is: still published.
-            candidates = theirs.ips if theirs.ingress is not None else stored_vip_ips(other)
-            claimed = claims(
-                other, candidates, ports=self._cache, node_of=index.node_of, policy=policy
-            )
-            with self._lock:
-                if len(self._claims) >= MAX_CLAIMS:
-                    self._claims.clear()
-                self._claims[key] = (other, index, version, tuple(slices), unhealthy, claimed)
-            return claimed
-
-        ownership = decide(
-            service,
-            [e["ip"] for e in outcome.ingress or ()],
-            ports=self._cache,
-            claims_of=claims_of,
-            node_of=index.node_of,
-            policy=policy,
-        )
-        return outcome.owned(ownership, index.node_of) if ownership.lost else outcome
 
     def _stored(
         self, key: str, service: ServiceView
@@ -891,6 +566,6 @@ class Reconciler:
         with self._lock:
             self._written.pop(key, None)
             self._errors.pop(key, None)
-            self._claims.pop(key, None)
+        self.decider.forget(namespace, name)
         self.states.forget(key)
         self._recorder.forget(namespace, name)

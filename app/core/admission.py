@@ -27,21 +27,15 @@ import base64
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.decision import Decider, NotMemoised, Outcome, Snapshot
+from app.core.health import NO_UNHEALTHY
 from app.core.nodeindex import node_index
-from app.core.nodeipam import NodeIndex, Selection, is_managed, select
+from app.core.nodeipam import NodeIndex, is_managed
 from app.core.options import SelectionSettings
-from app.core.ports import (
-    Conflict,
-    PortKey,
-    PortLookup,
-    claims_from_candidates,
-    decide,
-    stored_vip_ips,
-)
-from app.core.selection_memo import NotMemoised, SelectionMemo
+from app.core.ports import Conflict, PortKey, PortLookup
 from app.core.selector import SelectorError, go_quote, parse_cached
 from app.core.text import elide
 from app.core.views import EndpointSliceView, NodeView, ServiceView, ViewError, service_view
@@ -129,11 +123,11 @@ class ClusterSnapshot:
     nodes: Sequence[NodeView] | NodeIndex
     endpoint_slices: Sequence[EndpointSliceView]
     now: float
-    memo: SelectionMemo[tuple[str, ...]] | None = None
-    """Memo of the cluster-state warnings by the inputs of ``select`` (the webhook's, kept
-    across requests); ``None`` calls ``select`` every time. Same inputs, same warnings."""
+    memo: Decider | None = None
+    """The decision path (the webhook's, kept across requests: same inputs, same
+    warnings); ``None`` or one for other settings: a new one per review."""
     memo_only: bool = False
-    """With ``memo``: raise :class:`~app.core.selection_memo.NotMemoised` instead of calling
+    """With ``memo``: raise :class:`~app.core.decision.NotMemoised` instead of calling
     ``select`` (the route answers memo hits on the event loop, the rest in the thread pool),
     or when the port-conflict check would compare more than :data:`INLINE_OWNERSHIP_WORK`
     addresses."""
@@ -144,6 +138,38 @@ class ClusterSnapshot:
     """The EndpointSlices of another Service by namespace and name, for the candidates of a
     rival claimant with ``externalTrafficPolicy: Local``; ``None``: no slices (such a rival
     then claims no address)."""
+    unhealthy: Mapping[str, str] = field(default_factory=lambda: NO_UNHEALTHY)
+    """The health view the reconciler decides with (docs/design.md §4.11: node name ->
+    why; the leader's, empty on a follower or with health checks off): the warnings name
+    the nodes the Service would really get, as the REST preview does."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.nodes, NodeIndex):  # one index per snapshot, not per check
+            object.__setattr__(self, "nodes", NodeIndex(self.nodes))
+
+    def decision(self, view: ServiceView, settings: SelectionSettings) -> tuple[Decider, Snapshot]:
+        """The :class:`~app.core.decision.Decider` and
+        :class:`~app.core.decision.Snapshot` the warnings of ``view`` decide with: the
+        reviewed Service's EndpointSlices are :attr:`endpoint_slices`, another's come from
+        :attr:`endpoint_slices_of`."""
+        decider = self.memo
+        if decider is None or (decider.settings is not settings and decider.settings != settings):
+            decider = Decider(settings)
+        own, others = (view.namespace, view.name), self.endpoint_slices_of
+
+        def slices_of(namespace: str, name: str) -> Sequence[EndpointSliceView]:
+            if (namespace, name) == own:
+                return self.endpoint_slices
+            return others(namespace, name) if others is not None else ()
+
+        snap = Snapshot(
+            nodes=node_index(self.nodes),  # a NodeIndex since __post_init__
+            now=self.now,
+            ports=self.ports,
+            endpoint_slices_of=slices_of,
+            unhealthy=self.unhealthy,
+        )
+        return decider, snap
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,34 +573,22 @@ def json_pointer(*tokens: str) -> str:
 def _cluster_warnings(
     view: ServiceView, *, settings: SelectionSettings, snapshot: ClusterSnapshot
 ) -> tuple[str, ...]:
-    if snapshot.memo is not None:
-        return snapshot.memo.derived(
-            service=view,
-            nodes=snapshot.nodes,
-            endpoint_slices=snapshot.endpoint_slices,
-            settings=settings,
-            now=snapshot.now,
-            derive=_selection_warnings,
-            compute=not snapshot.memo_only,
-        )
-    selection = select(
-        service=view,
-        nodes=snapshot.nodes,
-        endpoint_slices=snapshot.endpoint_slices,
-        settings=settings,
-        now=snapshot.now,
-    )
-    return _selection_warnings(view, settings, selection)
+    """The warnings read from the Service's :class:`~app.core.decision.Outcome` (the
+    verdicts of the one selection function, :func:`app.core.nodeipam.select`)."""
+    decider, snap = snapshot.decision(view, settings)
+    outcome = decider.outcome(view, snap, compute=not snapshot.memo_only)
+    return _selection_warnings(view, settings, outcome)
 
 
 def _selection_warnings(
-    view: ServiceView, settings: SelectionSettings, selection: Selection
+    view: ServiceView, settings: SelectionSettings, outcome: Outcome
 ) -> tuple[str, ...]:
-    """The cluster-state warnings read from the Selection's verdicts (a memo's ``derive``)."""
-    if selection.error is not None or any(v.selected for v in selection.nodes):
+    """The cluster-state warnings read from an outcome that selects no Node (its
+    ``dropped`` verdict codes; none in a cluster without Nodes)."""
+    if outcome.error is not None or outcome.ingress:
         return ()
     key = settings.match_node_labels_annotation
-    codes = {v.code for v in selection.nodes}
+    codes = outcome.dropped
     if view.match_node_labels and codes <= {"SelectorMismatch"}:
         return (_short(f"{key} matches no node now: the Service gets no ingress"),)
     if view.external_traffic_policy == "Local" and "NoReadyEndpoint" in codes:
@@ -648,81 +662,6 @@ def _aggregate(errors: Sequence[str]) -> str:
     return "[" + ", ".join(shown) + "]"
 
 
-_UNPARSED = ("<selector does not parse>",)
-"""What :func:`_candidate_ips` gives for a Service whose selector does not parse (no IP
-address reads like this): its candidates are then its stored addresses."""
-
-
-def _candidate_ips(
-    view: ServiceView, settings: SelectionSettings, selection: Selection
-) -> tuple[str, ...]:
-    """The addresses a Service claims (a memo's ``derive``): its Selection's ingress before
-    port ownership (:func:`app.core.nodeipam.candidate_ips`), or :data:`_UNPARSED`."""
-    if selection.ingress is None:
-        return _UNPARSED
-    return tuple(entry["ip"] for entry in selection.ingress)
-
-
-def _shared_view(view: ServiceView) -> ServiceView:
-    """``view`` without what ``select`` never reads for it, so Services with equal
-    selection inputs share one memo entry (the reconciler's ``SHARED_FIELDS``): the
-    ownership fields always, the namespace and name unless eTP=Local (whose EndpointSlices
-    are its own)."""
-    local = view.external_traffic_policy == "Local"
-    return dataclasses.replace(
-        view,
-        namespace=view.namespace if local else "",
-        name=view.name if local else "",
-        ingress=None,
-        ingress_ports=None,
-        resource_version=None,
-        ports=(),
-        node_ports=(),
-        health_check_node_port=None,
-        external_ips=(),
-        created=None,
-    )
-
-
-def _candidates(
-    view: ServiceView,
-    *,
-    settings: SelectionSettings,
-    snapshot: ClusterSnapshot,
-    slices: Sequence[EndpointSliceView],
-) -> tuple[str, ...]:
-    """``view``'s candidate addresses: ``select`` on the snapshot's Nodes, memoised; a
-    Service whose selector does not parse claims its stored addresses (they stay
-    published, docs/design.md §4.1).
-
-    Raises:
-        NotMemoised: ``snapshot.memo_only`` and the selection is not memoised.
-    """
-    shared = _shared_view(view)
-    if view.external_traffic_policy != "Local":
-        slices = ()
-    if snapshot.memo is not None:
-        ips = snapshot.memo.derived(
-            service=shared,
-            nodes=snapshot.nodes,
-            endpoint_slices=slices,
-            settings=settings,
-            now=snapshot.now,
-            derive=_candidate_ips,
-            compute=not snapshot.memo_only,
-        )
-    else:
-        selection = select(
-            service=shared,
-            nodes=snapshot.nodes,
-            endpoint_slices=slices,
-            settings=settings,
-            now=snapshot.now,
-        )
-        ips = _candidate_ips(shared, settings, selection)
-    return stored_vip_ips(view) if ips == _UNPARSED else ips
-
-
 def _ownership_warnings(
     subject: Subject, *, settings: SelectionSettings, snapshot: ClusterSnapshot
 ) -> tuple[str, ...]:
@@ -749,41 +688,18 @@ def _ownership_warnings(
         contested = contested or bool(lookup.pods(port))
     if not rivals and not contested:
         return ()  # nothing else holds these ports: no select needed
-    candidates = _candidates(
-        view, settings=settings, snapshot=snapshot, slices=snapshot.endpoint_slices
-    )
+    decider, snap = snapshot.decision(view, settings)
+    compute = not snapshot.memo_only
+    candidates = decider.candidates(view, snap, compute=compute)
     if not candidates:
         return ()
-    slices_of = snapshot.endpoint_slices_of
-    theirs: dict[tuple[str, str], tuple[str, ...]] = {}
-    work = len(candidates)
-
-    def candidates_of(other: ServiceView) -> tuple[str, ...]:
-        key = (other.namespace, other.name)
-        found = theirs.get(key)
-        if found is None:
-            local = other.external_traffic_policy == "Local" and slices_of is not None
-            slices = slices_of(other.namespace, other.name) if local and slices_of else ()
-            found = theirs[key] = _candidates(
-                other, settings=settings, snapshot=snapshot, slices=slices
-            )
-        return found
-
-    for other in rivals.values():
-        work += len(candidates_of(other))
+    work = len(candidates) + sum(
+        len(decider.candidates(other, snap, compute=compute)) for other in rivals.values()
+    )
     if snapshot.memo_only and work > INLINE_OWNERSHIP_WORK:
         raise NotMemoised(f"port check compares {work} addresses: not on the event loop")
-    node_of = node_index(snapshot.nodes).node_of
-    ownership = decide(
-        view,
-        candidates,
-        ports=lookup,
-        claims_of=claims_from_candidates(
-            candidates_of, ports=lookup, node_of=node_of, policy=settings.ports
-        ),
-        node_of=node_of,
-        policy=settings.ports,
-    )
+    node_of = snap.nodes.node_of
+    ownership = decider.ownership(view, candidates, snap, compute=compute)
     conflicts = [c for c in ownership.conflicts if c.addresses]
     out = [_conflict_warning(c, len(candidates), node_of) for c in conflicts]
     if len(out) > MAX_CONFLICT_WARNINGS:

@@ -18,7 +18,6 @@ Node snapshot when the caller passes a :class:`NodeIndex` (the reconciler does).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,11 +29,6 @@ from app.core.nodeindex import NodeIndex, node_index
 from app.core.options import SelectionSettings
 from app.core.ports import (
     Ownership,
-    PortLookup,
-    claims_from_candidates,
-    decide,
-    stored_vip_ips,
-    with_port_status,
 )
 from app.core.selector import Selector, SelectorError, parse_cached
 from app.core.text import elide
@@ -65,9 +59,7 @@ __all__ = [
     "Selection",
     "Summary",
     "apply_ownership",
-    "candidate_ips",
     "is_managed",
-    "owned",
     "select",
     "summarise",
 ]
@@ -652,55 +644,3 @@ def apply_ownership(
         selection.namespace, selection.name, True, reason, kept, None, tuple(verdicts),
         warnings, selection.recheck_at, result_code,
     )  # fmt: skip
-
-
-def owned(
-    selection: Selection,
-    service: ServiceView,
-    *,
-    ports: PortLookup,
-    candidates_of: Callable[[ServiceView], Iterable[str]],
-    node_of: Callable[[str], str | None],
-    settings: SelectionSettings,
-) -> Selection:
-    """``selection`` (``select`` for ``service``) after port ownership:
-    :func:`app.core.ports.decide` then :func:`apply_ownership` (docs/design.md §4.9).
-    What preview (offline and live) shows; the reconciler runs the same two steps on its
-    shared outcomes. The ingress entries carry the Service's ports (``ports``, core/v1
-    ``PortStatus``, :func:`app.core.ports.with_port_status`) as the reconciler writes them.
-    Pure.
-
-    Args:
-        selection: ``select``'s result for ``service``.
-        service: the Service.
-        ports: the cluster's port index.
-        candidates_of: another managed Service's candidate addresses
-            (:func:`candidate_ips` of its Selection).
-        node_of: the Node name of an address.
-        settings: the selection settings (their ``ports`` policy).
-    """
-    if not selection.ingress:
-        return selection
-    ownership = decide(
-        service,
-        [e["ip"] for e in selection.ingress],
-        ports=ports,
-        claims_of=claims_from_candidates(
-            candidates_of, ports=ports, node_of=node_of, policy=settings.ports
-        ),
-        node_of=node_of,
-        policy=settings.ports,
-    )
-    decided = apply_ownership(selection, ownership, node_of)
-    if not decided.ingress:
-        return decided
-    return dataclasses.replace(decided, ingress=with_port_status(decided.ingress, service))
-
-
-def candidate_ips(selection: Selection, service: ServiceView) -> tuple[str, ...]:
-    """The addresses ``service`` competes for in port ownership (docs/design.md §4.9):
-    its Selection's ingress before ownership; for a Service whose selector does not parse
-    (its status is left as it is), its stored ``VIP`` addresses, which stay published."""
-    if selection.ingress is None:
-        return stored_vip_ips(service) if selection.managed else ()
-    return tuple(e["ip"] for e in selection.ingress)

@@ -41,10 +41,11 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from app.core import ciliumkpr
+from app.core.decision import Decider, Snapshot
 from app.core.dump import Dump, DumpError, DumpViews, load_dump, project
 from app.core.kubeproxy import ipvs_hazard, proxy_mode
 from app.core.nodeindex import NodeIndex
-from app.core.nodeipam import LOCAL, Selection, candidate_ips, is_managed, owned, select
+from app.core.nodeipam import LOCAL, Selection, is_managed
 from app.core.options import SelectionSettings
 from app.core.ports import PortIndex
 from app.core.status import ingress_differs, with_ports
@@ -139,35 +140,17 @@ def preview_dump(
         ports.put_pod(f"{pod.namespace}/{pod.name}", None, pod)
     for piece in views.endpoint_slices:
         ports.put_slice(f"{piece.namespace}/{piece.name}", None, piece)
-    candidates: dict[tuple[str, str], tuple[str, ...]] = {}
-
-    def selection_of(svc: ServiceView) -> Selection:
-        return select(
-            service=svc,
-            nodes=index,
-            endpoint_slices=by_service.get((svc.namespace, svc.name), []),
-            settings=settings,
-            now=now,
-        )
-
-    def candidates_of(svc: ServiceView) -> tuple[str, ...]:
-        key = (svc.namespace, svc.name)
-        found = candidates.get(key)
-        if found is None:
-            found = candidates[key] = candidate_ips(selection_of(svc), svc)
-        return found
-
+    decider = Decider(settings)
+    snap = Snapshot(
+        nodes=index,
+        now=now,
+        ports=ports,
+        endpoint_slices_of=lambda namespace, name: by_service.get((namespace, name), ()),
+    )
     for svc in views.services:
         if scope is not None and not scope.wanted(svc):
             continue
-        yield owned(
-            selection_of(svc),
-            svc,
-            ports=ports,
-            candidates_of=candidates_of,
-            node_of=index.node_of,
-            settings=settings,
-        )
+        yield decider.preview(svc, snap)
 
 
 def _ips(entries: Sequence[Any] | None) -> str:

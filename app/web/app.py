@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from app import __version__
 from app.config import Settings
+from app.core.decision import Decider
 from app.core.hazards import Hazard
 from app.core.health import NO_UNHEALTHY
 from app.telemetry.logs import log_event
@@ -46,6 +47,7 @@ def create_app(
     start_worker: bool = False,
     kube_proxy_hazard: Callable[[str | None], Hazard | None] = no_hazard,
     unhealthy: Callable[[], Mapping[str, str]] = lambda: NO_UNHEALTHY,
+    decider: Decider | None = None,
 ) -> FastAPI:
     """Build the app.
 
@@ -70,7 +72,9 @@ def create_app(
             ``spec.loadBalancerClass`` while it holds, else ``None`` (docs/design.md
             §4.10, §4.12); preview adds its message to the Services that get addresses.
         unhealthy: the controller's nodes failing their health checks (§4.11), node name
-            -> why; preview selects with them.
+            -> why; preview and the webhook's warnings decide with them.
+        decider: the decision path (:class:`app.core.decision.Decider`; ``serve`` passes
+            the reconciler's, so the three share one memo); default a new one.
 
     Raises:
         ValueError: the settings do not make valid :class:`SelectionSettings`, or
@@ -79,13 +83,15 @@ def create_app(
     """
     if authorizer is None and settings.auth == "kubernetes":
         raise ValueError("auth: Required value: --auth kubernetes needs an authorizer")
+    selection = settings.selection()
     state = AppState(
         settings=settings,
-        selection=settings.selection(),
+        selection=selection,
         controller=controller,
         cache=cache if cache is not None else (controller.cache if controller else None),
         authorizer=authorizer if authorizer is not None else AllowAll(),
         clock=clock,
+        decider=decider if decider is not None else Decider(selection),
         background=tuple(background),
         readiness=tuple(readiness),
         limits=RequestLimits(budget=BodyBudget(settings.inflight_body_bytes)),

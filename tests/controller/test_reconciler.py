@@ -483,54 +483,6 @@ def test_a_huge_malformed_selector_keeps_the_reason_whole_in_the_event_note(
     assert note.endswith(f'": {reason}'), (note[-200:], reason)
 
 
-def test_services_sharing_selection_inputs_share_one_select_with_the_same_outcome() -> None:
-    """Every Service of the benchmark cluster: the shared Outcome equals the Outcome of its
-    own select(), while select() ran once per distinct input (plus once per Local one)."""
-    from app.controller.reconciler import Outcome, SharedSelections
-    from app.core import nodeipam
-    from app.core.nodeindex import NodeIndex
-    from bench.cluster import Scale, make_cluster
-
-    cluster = make_cluster(Scale(nodes=200, managed=400, unmanaged=0))
-    settings = SelectionSettings()
-    nodes = [node_view(n) for n in cluster.nodes]
-    slices = [endpoint_slice_view(s) for s in cluster.endpoint_slices]
-    index = NodeIndex(nodes)
-    shared = SharedSelections(settings)
-    calls = []
-    real = nodeipam.select
-
-    def counting(**kwargs: Any) -> Any:
-        calls.append(kwargs["service"])
-        return real(**kwargs)
-
-    for k, raw in enumerate(cluster.services):  # as the API server sets it: one per Service
-        raw["metadata"]["uid"] = f"00000000-0000-4000-8000-{k:012d}"
-    services = [service_view(s) for s in cluster.services]
-    computed = []
-    own_select = SharedSelections._select
-
-    def computing(self: Any, service: Any, *args: Any) -> Any:
-        computed.append(service)
-        return own_select(self, service, *args)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("app.controller.reconciler.select", counting)
-        patch.setattr(SharedSelections, "_select", computing)
-        for svc in services:
-            mine = [s for s in slices if s.service_name == svc.name]
-            got = shared.outcome(svc, index, mine, 1.8e9)
-            want = Outcome.of(
-                real(service=svc, nodes=nodes, endpoint_slices=mine, settings=settings, now=1.8e9)
-            )
-            assert got == want, svc.name
-    local = sum(s.external_traffic_policy == "Local" for s in services)
-    distinct = len({(s.match_node_labels, s.ip_families, s.ip_family_policy) for s in services})
-    assert len(calls) <= local + distinct < len(services)
-    # summarise or select ran once per distinct input (the uid is no selection input)
-    assert len(computed) <= local + distinct < len(services)
-
-
 # -- day 2: leader changes, new Services waiting for their Pods ----------------------------
 
 

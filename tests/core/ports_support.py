@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from app.core.decision import Decider, Snapshot
 from app.core.nodeindex import NodeIndex
-from app.core.nodeipam import candidate_ips, is_managed, owned, select
+from app.core.nodeipam import is_managed
 from app.core.options import SelectionSettings
 from app.core.ports import PortIndex
 from app.core.views import EndpointSliceView, PodView, ServiceView, pod_view, service_view
@@ -90,15 +91,8 @@ def owned_on(
     (``slices``: the EndpointSlices of the Services, each given to its own ``select``)."""
     by_service = {(s.namespace, s.service_name): s for s in slices}
 
-    def selection_of(s: ServiceView) -> Any:
-        own = [by_service[s.namespace, s.name]] if (s.namespace, s.name) in by_service else []
-        return select(service=s, nodes=nodes, endpoint_slices=own, settings=settings, now=NOW)
+    def slices_of(namespace: str, name: str) -> list[EndpointSliceView]:
+        return [by_service[namespace, name]] if (namespace, name) in by_service else []
 
-    return owned(
-        selection_of(target),
-        target,
-        ports=ports,
-        candidates_of=lambda s: candidate_ips(selection_of(s), s),
-        node_of=nodes.node_of,
-        settings=settings,
-    )
+    snap = Snapshot(nodes=nodes, now=NOW, ports=ports, endpoint_slices_of=slices_of)
+    return Decider(settings).preview(target, snap)

@@ -17,16 +17,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core import admission
+from app.core.decision import Decider, NotMemoised, selection_key
+from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import is_managed
 from app.core.options import SelectionSettings
 from app.core.ports import PortIndex
-from app.core.selection_memo import NotMemoised, SelectionMemo
 from app.core.views import PodView, endpoint_slice_view, pod_view, service_view
 from tests.core.admission.builders import node, review
 
 OURS = "io.cilium/node"
 LBIPAM = SelectionSettings()
-NODES = (node("n1", {}, "10.0.0.1"), node("n2", {}, "10.0.0.2"), node("n3", {}, "10.0.0.3"))
+NODES = NodeIndex(
+    [node("n1", {}, "10.0.0.1"), node("n2", {}, "10.0.0.2"), node("n3", {}, "10.0.0.3")]
+)
 NOW = 1_800_000_000.0
 
 
@@ -351,7 +354,7 @@ def test_the_node_port_verdict_is_its_own_cheap_stage() -> None:
     request = admission.parse_review(review(svc(ports=((30080, "TCP"),))))
     decision, subject = admission.verdict(request, settings=LBIPAM)
     assert subject is not None
-    snapshot = snap(index(holder), memo=SelectionMemo(), memo_only=True)
+    snapshot = snap(index(holder), memo=Decider(LBIPAM), memo_only=True)
     assert not admission.cluster_verdict(
         decision, subject, settings=LBIPAM, snapshot=snapshot
     ).allowed
@@ -416,6 +419,17 @@ def test_losing_every_address_to_another_managed_service_is_warned_about() -> No
         "no node address left: use another port, or a node selector that avoids the holders",
     )
     assert all(len(w) <= admission.MAX_WARNING_CHARS for w in decision.warnings)
+
+
+def test_port_warnings_decide_with_the_controllers_health_view() -> None:
+    """Admission decides with the leader's health view (docs/design.md §4.11), as the
+    reconciler and the REST preview do: a node that fails its health checks is no
+    candidate, so the warning does not count it (issue 36)."""
+    failing = {"n1": "healthz: connection refused"}
+    healthy = check(svc(), snapshot=snap(index(ALPHA)))
+    checked = check(svc(), snapshot=dataclasses.replace(snap(index(ALPHA)), unhealthy=failing))
+    assert healthy.warnings[0].startswith("TCP/80: loses 3 of 3 node addresses (3 nodes)")
+    assert checked.warnings[0].startswith("TCP/80: loses 2 of 2 node addresses (2 nodes)")
 
 
 def test_another_port_or_protocol_is_no_conflict() -> None:
@@ -490,7 +504,7 @@ def test_a_rival_with_an_unparsable_selector_claims_its_stored_addresses() -> No
 
 
 def test_an_uncontested_port_needs_no_extra_select() -> None:
-    memo: SelectionMemo[tuple[str, ...]] = SelectionMemo()
+    memo = Decider(LBIPAM)
     check(svc(ports=((443, "TCP"),)), snapshot=snap(index(ALPHA), memo=memo))
     assert memo.misses == 1  # the selection warnings only
 
@@ -500,15 +514,16 @@ def test_rivals_with_equal_selection_inputs_share_one_select() -> None:
         svc(f"r{i}", namespace=f"ns{i}", created="2024-01-01T00:00:00Z", ingress=("10.0.0.1",))
         for i in range(50)
     ]
-    memo: SelectionMemo[tuple[str, ...]] = SelectionMemo()
+    memo = Decider(LBIPAM)
     decision = check(svc(), snapshot=snap(index(*rivals), memo=memo))
     assert "loses" in decision.warnings[0]
-    assert memo.misses == 2  # the selection warnings, then one shared candidate list
-    assert len(memo) == 2
+    # one Outcome per distinct selection key: the warnings' and the candidates' are one
+    keys = {selection_key(service_view(s)) for s in (svc(), *rivals)}
+    assert memo.misses == len(memo) == len(keys) < len(rivals)
 
 
 def test_memo_only_answers_a_repeat_and_refuses_a_miss() -> None:
-    memo: SelectionMemo[tuple[str, ...]] = SelectionMemo()
+    memo = Decider(LBIPAM)
     ports = index(ALPHA)
     with pytest.raises(NotMemoised):
         check(svc(), snapshot=snap(ports, memo=memo, memo_only=True))
@@ -519,8 +534,8 @@ def test_memo_only_answers_a_repeat_and_refuses_a_miss() -> None:
 
 def test_memo_only_refuses_a_port_check_of_too_much_work() -> None:
     """Memoised or not, comparing thousands of addresses is not for the event loop."""
-    many = tuple(node(f"n{i}", {}, f"10.1.{i // 256}.{i % 256}") for i in range(1200))
-    memo: SelectionMemo[tuple[str, ...]] = SelectionMemo()
+    many = NodeIndex([node(f"n{i}", {}, f"10.1.{i // 256}.{i % 256}") for i in range(1200)])
+    memo = Decider(LBIPAM)
     ports = index(svc("alpha", created="2024-01-01T00:00:00Z"))
 
     def snapshot(memo_only: bool) -> admission.ClusterSnapshot:
@@ -604,7 +619,7 @@ def test_any_ports_json_is_decided_or_rejected(
     obj["spec"]["healthCheckNodePort"] = health
     old = svc(ports=old_ports) if update else None
     holder = svc("np", type="NodePort", cls=None, ports=((80, "TCP", 22),))
-    memo: SelectionMemo[tuple[str, ...]] = SelectionMemo()
+    memo = Decider(LBIPAM)
     try:
         decision = check(obj, old=old, snapshot=snap(index(holder, ALPHA), memo=memo))
     except admission.ReviewError as err:

@@ -1,7 +1,7 @@
 """Port ownership (docs/design.md §4.9, app/core/ports.py): every rule, on small clusters.
 
 Each test builds a few Services over two nodes (n1: 10.0.0.1, n2: 10.0.0.2) and asks
-:func:`app.core.ports.decide` / :func:`app.core.nodeipam.owned` which addresses a Service
+:func:`app.core.ports.decide` / :meth:`app.core.decision.Decider.preview` which addresses a Service
 keeps, as preview and the reconciler do.
 """
 

@@ -534,7 +534,7 @@ def test_f4b_the_inline_admission_port_check_does_the_work_it_budgets_for() -> N
     Fix: F4's linear contest; until then count the contest's work (claimants ranked
     before the Service x their ports, per address) in the estimate."""
     from app.core import admission
-    from app.core.selection_memo import SelectionMemo
+    from app.core.decision import Decider
     from tests.core.admission.builders import node as admission_node
     from tests.core.admission.builders import review
 
@@ -559,8 +559,8 @@ def test_f4b_the_inline_admission_port_check_does_the_work_it_budgets_for() -> N
     ]
     me = raw("v", 80, created="2022-01-01T00:00:00Z")
     index = filled(*(service_view(o) for o in (*objs, me)))
-    nodes = tuple(admission_node(f"n{i}", {}, f"10.0.0.{i}") for i in (1, 2, 3))
-    memo: SelectionMemo[tuple[str, ...]] = SelectionMemo()
+    nodes = NodeIndex([admission_node(f"n{i}", {}, f"10.0.0.{i}") for i in (1, 2, 3)])
+    memo = Decider(SETTINGS)
 
     def validate(memo_only: bool) -> admission.Decision:
         body = review(me, operation="UPDATE", old=me)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from app.core.decision import Decider
 from app.core.dump import load_views
 from app.core.nodeipam import NodeVerdict, Selection
 from app.core.options import SelectionSettings
@@ -108,13 +109,13 @@ def test_items_are_written_as_they_are_computed(
     """Memory stays bounded by one item: 2,000 Services x 5,000 Nodes never sit in memory
     at once, because the first item is out before the second is computed."""
     computed = [0]
-    real_select = preview_cli.select
+    real_preview = Decider.preview
 
-    def counting(**kwargs: Any) -> Selection:
+    def counting(self: Decider, service: Any, snap: Any) -> Selection:
         computed[0] += 1
-        return real_select(**kwargs)
+        return real_preview(self, service, snap)
 
-    monkeypatch.setattr(preview_cli, "select", counting)
+    monkeypatch.setattr(Decider, "preview", counting)
     stdout = FirstWrite(computed)
     code = preview_cli.run_preview(
         paths=[str(KIND_4NODE / "cluster.yaml")],
@@ -125,8 +126,5 @@ def test_items_are_written_as_they_are_computed(
         now=NOW,
     )
     assert code == 0
-    # 5 Selections shown, plus one more per managed Service (4) whose candidate addresses
-    # port ownership compares (docs/design.md §4.9): those keep only the addresses. The
-    # first item is out after its own Selection and its three rivals' candidates.
-    assert computed[0] == 9
-    assert stdout.at_first_write == 4
+    assert computed[0] == 5  # one decision per Service shown
+    assert stdout.at_first_write == 1  # the first is out before the second is decided

@@ -204,13 +204,13 @@ def test_unexpected_error_is_a_json_500_with_a_reason(
     import httpx
 
     from app.config import Settings
+    from app.core import decision
     from app.web.app import create_app
-    from app.web.routes import preview
 
     def broken(**_: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(preview, "select", broken)
+    monkeypatch.setattr(decision, "select", broken)
     cache.add_service(service(name="web", cls="io.cilium/node"))
     app = create_app(Settings(auth="none"), cache=cache)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)

@@ -8,7 +8,7 @@ controller-runtime's webhook server, including strings that are not valid Unicod
 non-numbers ``NaN``/``Infinity``/``1e999`` Go rejects), take a snapshot of the live cache
 when it is synced, call the pure decision and render the response review; on the event
 loop when the body is small, the node selector short and the answer needs no ``select`` (a
-hit in the app's :class:`~app.core.selection_memo.SelectionMemo`, ``/mutate``), else in a
+hit in the app's :class:`~app.core.decision.Decider`, ``/mutate``), else in a
 review pool (:mod:`app.web.limits`). The verdict is due within ``review_deadline_seconds``
 (else 503, which the API server treats as a webhook failure: ``failurePolicy``); the
 cluster-state warnings get ``cluster_check_seconds`` after it and are skipped with one
@@ -34,9 +34,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.core import admission
+from app.core.decision import NotMemoised
 from app.core.dump import lone_surrogate, long_integer
 from app.core.options import SelectionSettings
-from app.core.selection_memo import NotMemoised
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
 from app.web.limits import BodyBudget, Overloaded
@@ -497,13 +497,14 @@ def _snapshot(
         return None
     # The cache's NodeIndex (one per Node snapshot, selector matches memoised) and the
     # app's memo: a Service seen before with the same Nodes and EndpointSlices costs no
-    # select() at all, a new one a single select() (app/core/selection_memo.py says why exact).
+    # select() at all, a new one a single select() (app/core/decision.py says why exact).
     return admission.ClusterSnapshot(
         nodes=cache.node_index(),
         endpoint_slices=cache.endpoint_slices(review.namespace, review.name),
         now=state.clock(),
-        memo=state.admission_memo,
+        memo=state.decider,
         memo_only=memo_only,
         ports=cache,
         endpoint_slices_of=cache.endpoint_slices,
+        unhealthy=state.unhealthy(),
     )

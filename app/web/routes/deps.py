@@ -16,12 +16,12 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 
 from app.config import ADMISSION_BODY_LIMIT, Settings
+from app.core.decision import Decider
 from app.core.hazards import Hazard
 from app.core.health import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.options import SelectionSettings
 from app.core.ports import PortLookup
-from app.core.selection_memo import SelectionMemo
 from app.core.views import EndpointSliceView, NodeView, ServiceView
 from app.web.auth import AccessError, Authorizer, NoReviewSlot
 from app.web.limits import HEAVY_QUEUE, BodyBudget, ReviewPools, Wakeup
@@ -89,8 +89,9 @@ class AppState:
     """Everything a request handler needs; stored on ``app.state.node_ipam``.
 
     ``clock`` is the wall clock (epoch seconds) passed to the selection as ``now``;
-    ``admission_memo`` keeps the validating webhook's cluster-state warnings by the inputs
-    of ``select`` across requests (:mod:`app.core.selection_memo`); ``background`` are the
+    ``decider`` is the decision path the webhook's warnings and preview decide with
+    (:class:`app.core.decision.Decider`, the controller's own when there is one: its memo
+    is shared across requests and with the reconciler); ``background`` are the
     tasks besides the controller that ``/healthz`` checks; ``readiness`` the conditions
     besides the synced cache that ``/readyz`` waits for; ``kube_proxy_hazard`` gives the
     controller's datapath hazard concerning a Service of that class while it holds, else
@@ -106,7 +107,7 @@ class AppState:
     cache: CacheLike | None
     authorizer: Authorizer
     clock: Callable[[], float]
-    admission_memo: SelectionMemo[tuple[str, ...]] = field(default_factory=SelectionMemo)
+    decider: Decider
     background: tuple[BackgroundLike, ...] = ()
     readiness: tuple[ReadinessLike, ...] = ()
     limits: RequestLimits = field(default_factory=lambda: RequestLimits())

@@ -19,8 +19,8 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.decision import Snapshot
 from app.core.dump import DumpError, parse_documents
-from app.core.nodeipam import Selection, candidate_ips, owned, select
 from app.core.views import ServiceView, ViewError, service_view
 from app.web.routes.deps import (
     AppState,
@@ -304,28 +304,14 @@ def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewI
     port index (docs/design.md §4.9), as the reconciler decides it, with the controller's
     health view (§4.11); a Service that gets addresses also carries the controller's
     datapath hazard concerning it (§4.10, §4.12)."""
-    index = cache.node_index()
-    now = state.clock()
-    unhealthy = state.unhealthy()
-
-    def selection_of(svc: ServiceView) -> Selection:
-        return select(
-            service=svc,
-            nodes=index,
-            endpoint_slices=cache.endpoint_slices(svc.namespace, svc.name),
-            settings=state.selection,
-            now=now,
-            unhealthy=unhealthy,
-        )
-
-    selection = owned(
-        selection_of(service),
-        service,
+    snap = Snapshot(
+        nodes=cache.node_index(),
+        now=state.clock(),
         ports=cache,
-        candidates_of=lambda other: candidate_ips(selection_of(other), other),
-        node_of=index.node_of,
-        settings=state.selection,
+        endpoint_slices_of=cache.endpoint_slices,
+        unhealthy=state.unhealthy(),
     )
+    selection = state.decider.preview(service, snap)
     item = selection.to_dict()
     # kube-proxy in ipvs mode with ipMode VIP, Cilium's wildcard entries (docs/design.md
     # §4.10, §4.12): said on the Services they concern that get addresses, as their

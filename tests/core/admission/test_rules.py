@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from app.core import admission
+from app.core.decision import Decider
 from app.core.options import SelectionSettings
-from app.core.selection_memo import SelectionMemo
 from tests.core.admission.builders import (
     ANNOTATION,
     endpoint_slice,
@@ -298,16 +298,18 @@ def test_valid_service_is_allowed_with_warnings(
 
 
 def test_memoised_warnings_equal_a_fresh_select_for_every_case() -> None:
-    """serve keeps one SelectionMemo across requests: every case, asked twice through one
-    shared memo (one Node snapshot for all), gets exactly the unmemoised warnings."""
-    memo: SelectionMemo[tuple[str, ...]] = SelectionMemo()
+    """serve keeps one Decider across requests: every case, asked twice through one shared
+    Decider per settings, gets exactly the unmemoised warnings."""
+    memos: dict[int, Decider] = {}
     for _, svc, settings, snap, _ in WARN_CASES:
+        memo = memos.setdefault(id(settings), Decider(settings))
         body = review(svc)
         plain = validate(body, settings=settings, snap=snap)
         shared = None if snap is None else dataclasses.replace(snap, memo=memo)
         for attempt in ("miss", "hit"):
             assert validate(body, settings=settings, snap=shared) == plain, attempt
-    assert memo.hits > 0 and memo.misses > 0
+    assert sum(m.hits for m in memos.values()) > 0
+    assert sum(m.misses for m in memos.values()) > 0
 
 
 def test_warnings_stay_within_120_characters_for_long_names() -> None:
