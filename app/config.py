@@ -109,8 +109,7 @@ class Settings(SelectionConfig):
     """Whole-process configuration; every field is also ``NODE_IPAM_<FIELD>``.
 
     ``serve`` flags map one-to-one onto these fields (``--default-lb-service-ipam`` →
-    ``default_lb_service_ipam``), except ``cilium_compat_fanout`` (benchmarks only), which
-    is set through its environment variable alone. Validation errors are raised as
+    ``default_lb_service_ipam``). Validation errors are raised as
     :class:`pydantic.ValidationError` at start-up and name the field; cross-field checks
     (leader-election and certificate timings) as a ``ValueError`` naming the settings.
     """
@@ -171,9 +170,6 @@ class Settings(SelectionConfig):
     node_health_check_success_threshold: int = Field(default=2, ge=1, le=100)
     node_health_check_max_unhealthy_fraction: float = Field(default=0.5, gt=0, le=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # Benchmark only (bench/bench_churn.py), no flag: model Cilium's policy (every Node event
-    # enqueues every managed Service; a status write on every reconcile) for comparison.
-    cilium_compat_fanout: bool = False
 
     @field_validator("admission_probe_namespace")
     @classmethod

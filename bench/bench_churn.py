@@ -11,7 +11,7 @@ For each: reconciles run (``controller_runtime_reconcile_total`` on ``serve``'s
 Services whose ingress changed (a watch on Services), and the time from the update to the
 last affected status written (the watch event carrying the expected ingress) and to quiet
 (no reconcile for a second, empty queue). Then (b) again on a fresh cluster with Cilium's
-policy (``NODE_IPAM_CILIUM_COMPAT_FANOUT=true``: every Node event enqueues every managed
+policy (:mod:`bench.cilium_policy`: every Node event enqueues every managed
 Service, a status write on every reconcile), printed side by side with the ratio.
 
 Targets: (a) 0 writes and ≤ 1% of Services reconciled; (b)/(c) writes only to the
@@ -35,7 +35,6 @@ import httpx
 
 from app.core.views import EXCLUDE_FROM_LB_LABEL
 from bench.bench_cold_start import (
-    CILIUM_POLICY,
     SERVICES,
     WRITES,
     ColdStart,
@@ -364,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
         cilium_run = run_cold_start(
             scale=scale,
             workdir=workdir / "cilium",
-            env={CILIUM_POLICY: "true"},
+            cilium_policy=True,
         )
         try:
             print(report(cilium_run, scale), flush=True)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.cilium_policy import ENTRY as cilium_policy_entry
 from bench.cluster import Cluster, Scale, expected_ingress, make_cluster, service_key
 from bench.procs import FakeApi, HttpApi, Serve, machine, start_fakeapi, start_serve, wait_for
 from bench.profile import PySpy, summary
@@ -188,8 +189,10 @@ def run_cold_start(
     timeout: float = 600.0,
     log: bool = True,
     api_kind: str = "fake",
+    cilium_policy: bool = False,
 ) -> ColdStart:
-    """Seed, start ``serve``, wait for every managed status, measure (module docstring).
+    """Seed, start ``serve``, wait for every managed status, measure (module docstring);
+    ``cilium_policy``: ``serve`` under Cilium's reconcile policy (:mod:`bench.cilium_policy`).
 
     The caller owns the returned processes (:meth:`ColdStart.stop`).
 
@@ -222,7 +225,13 @@ def run_cold_start(
             watch = IngressWatch(api, expected, timeout=timeout)
         api.reset_requests()
         api_cpu0 = api.cpu_by_process()
-        serve = start_serve(kubeconfig=api.kubeconfig, workdir=workdir, env=env, flags=flags)
+        serve = start_serve(
+            kubeconfig=api.kubeconfig,
+            workdir=workdir,
+            env=env,
+            flags=flags,
+            entry=cilium_policy_entry if cilium_policy else "from app.cli import main; main()",
+        )
     except BaseException:
         api.stop()
         raise
@@ -374,10 +383,6 @@ def api_side_by_side(runs: Sequence[ColdStart]) -> str:
     return columns("cold start", [run.api_kind for run in runs], rows)
 
 
-CILIUM_POLICY = "NODE_IPAM_CILIUM_COMPAT_FANOUT"
-"""Benchmark-only setting: Cilium's policy (every reconcile writes, bench/README.md)."""
-
-
 def side_by_side(ours: ColdStart, cilium: ColdStart) -> str:
     """Our cold start next to the Cilium-policy one: CPU until quiet (target: ours ≤ 7 s
     and ≤ 0.5 x Cilium's), writes, wall time, peak RSS (target ≤ 200 MB)."""
@@ -403,7 +408,7 @@ def cilium_side_by_side(ours: ColdStart, scale: Scale, workdir: Path) -> str:
     cilium = run_cold_start(
         scale=scale,
         workdir=where,
-        env={CILIUM_POLICY: "true"},
+        cilium_policy=True,
         log=False,
         api_kind=ours.api_kind,
     )

@@ -399,9 +399,11 @@ def start_serve(
     env: Mapping[str, str] | None = None,
     flags: Sequence[str] = (),
     name: str = "serve",
+    entry: str = "from app.cli import main; main()",
 ) -> Serve:
     """Start ``node-ipam-lb serve`` (no leader election, ``--auth none``) on a free port,
-    its health probes on another (loopback).
+    its health probes on another (loopback); ``entry`` is the ``python -c`` program
+    (:data:`bench.cilium_policy.ENTRY`: under Cilium's reconcile policy).
 
     Returns at once; use :meth:`Serve.ready` to wait for the synced cache.
     """
@@ -409,7 +411,7 @@ def start_serve(
     port, health_port = free_port(), free_port()
     argv = python(
         "-c",
-        "from app.cli import main; main()",
+        entry,
         "serve",
         "--kubeconfig",
         str(kubeconfig),

@@ -123,3 +123,32 @@ def test_the_product_imports_or_launches_no_test_code() -> None:
         for line in references_to_test_code(path.read_text())
     ]
     assert found == []
+
+
+def test_runtime_dependencies_are_what_the_product_imports() -> None:
+    """pyproject.toml's ``dependencies`` name exactly the distributions whose modules app/
+    imports (test-only packages such as httpx and jsonpatch belong under ``[dev]``): a
+    module imported but not declared breaks the wheel and the image the day a transitive
+    dependency drops it; one declared but not imported bloats the image."""
+    import tomllib
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    imported: set[str] = set()
+    for path in (ROOT / "app").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = {m for m in imported - set(sys.stdlib_module_names) if m not in ("app",)}
+    distributions = metadata.packages_distributions()
+    needed = {canonicalize_name(distributions[m][0]) for m in third_party}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    assert needed == declared, {
+        "imported, not declared": sorted(needed - declared),
+        "declared, not imported": sorted(declared - needed),
+    }

@@ -117,7 +117,6 @@ class Controller:
         self._managed: dict[str, ServiceView] = {}
         self._enqueued_after_sync = False
         self._term_enqueued = False
-        self._adds = 0
         self._stopping = threading.Event()
         self._workers: list[threading.Thread] = []
         self._leadership_listeners: list[Callable[[], None]] = []
@@ -168,7 +167,6 @@ class Controller:
             settings=self._selection,
             is_leader=self.is_leader,
             wall_clock=wall_clock,
-            always_write=settings.cilium_compat_fanout,  # benchmark only (bench/README.md)
             states=metrics.ServiceStates(lambda: self._writes and self.is_leader()),
             kube_proxy_hazard=self.kube_proxy_hazard,
             health=self.health_view,
@@ -461,21 +459,12 @@ class Controller:
         """True while keys wait in the work queue (the Event sender's ``defer``)."""
         return len(self.queue) > 0
 
-    def queue_adds(self) -> int:
-        """How many keys the event handlers have put on the queue so far (tests, debugging)."""
-        with self._lock:
-            return self._adds
-
     def _enqueue(self, keys: Iterable[str]) -> None:
-        # Called from the informer threads: the counter is updated under the lock,
-        # the keys are consumed outside it (computing them may take other locks).
+        # Called from the informer threads; the keys are consumed outside our lock
+        # (computing them may take other locks).
         if self._writes and self._enqueued_after_sync and self.is_leader():
-            added = 0
             for key in keys:
-                added += 1
                 self.queue.add(key)
-            with self._lock:
-                self._adds += added
 
     def on_started_leading(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` (no arguments, on the leader-election thread, so it must
@@ -527,9 +516,6 @@ class Controller:
             with self._lock:
                 managed_services = list(self._managed.values())
             for _, old, new in changes:
-                if self.settings.cilium_compat_fanout:  # benchmark only (bench/README.md)
-                    self._enqueue(service_key(s.namespace, s.name) for s in managed_services)
-                    continue
                 self._enqueue(
                     services_for_node_change(
                         old=old, new=new, managed=managed_services, cache=self.cache
@@ -647,6 +633,7 @@ class Controller:
                 level=logging.DEBUG,
                 service=key,
                 retry_in_seconds=delay,
+                requeues=self.queue.num_requeues(key),
             )
         finally:
             metrics.RECONCILE_SECONDS.observe(time.perf_counter() - start)

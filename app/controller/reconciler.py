@@ -180,7 +180,6 @@ class Reconciler:
         settings: SelectionSettings,
         is_leader: Callable[[], bool],
         wall_clock: Callable[[], float] = time.time,
-        always_write: bool = False,
         states: metrics.ServiceStates | None = None,
         kube_proxy_hazard: Callable[[str | None], Hazard | None] = _no_hazard,
         health: Callable[[], HealthView] = lambda: NO_HEALTH,
@@ -191,9 +190,6 @@ class Reconciler:
         # kube_proxy_hazard: the datapath hazard concerning a Service of that class while
         # it holds (docs/design.md §4.10, §4.12), else None; a Service that gets addresses
         # carries it as a Warning Event of its reason (KubeProxyIPVS, CiliumWildcardEntries).
-        # always_write: benchmark only (bench/README.md), Cilium's status write on every
-        # reconcile, own-write echoes reconciled again; never set in production.
-        self._always_write = always_write
         self._cache = cache
         self._api = api
         self._recorder = recorder
@@ -215,7 +211,7 @@ class Reconciler:
         """True when ``new`` differs from ``old`` only by the status this reconciler last
         wrote (plus ``resourceVersion``): the watch echo of our own PATCH, which needs no
         reconcile (nothing an input of the Selection holds has changed)."""
-        if old is None or self._always_write:
+        if old is None:
             return False
         with self._lock:
             written = self._written.get(service_key(new.namespace, new.name))
@@ -268,7 +264,7 @@ class Reconciler:
             self._errors.pop(key, None)
         wrote = False
         stored, stored_ports = self._stored(key, service)
-        if self._always_write or status_differs(desired, ports, stored, stored_ports):
+        if status_differs(desired, ports, stored, stored_ports):
             wrote = self._write(
                 key, namespace, name, service.resource_version, outcome, ports=ports
             )

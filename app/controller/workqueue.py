@@ -95,7 +95,9 @@ class WorkQueue:
             self._failures.pop(key, None)
 
     def num_requeues(self, key: str) -> int:
-        """How many rate-limited re-adds ``key`` has had since its last :meth:`forget`."""
+        """How many rate-limited re-adds ``key`` has had since its last :meth:`forget`
+        (client-go's ``RateLimitingInterface.NumRequeues``): the controller logs it with
+        each failed reconcile."""
         with self._cond:
             return self._failures.get(key, 0)
 

@@ -399,23 +399,6 @@ def load_dump(paths: Sequence[str], *, host_port_pods: bool = True) -> Dump:
     return dump
 
 
-def load_views(
-    paths: Sequence[str],
-    *,
-    match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION,
-    host_port_pods: bool = True,
-) -> DumpViews:
-    """:func:`load_dump`, then :func:`project`.
-
-    Raises:
-        DumpError: unusable input (see both).
-    """
-    return project(
-        load_dump(paths, host_port_pods=host_port_pods),
-        match_node_labels_annotation=match_node_labels_annotation,
-    )
-
-
 def project(
     dump: Dump, *, match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
 ) -> DumpViews:

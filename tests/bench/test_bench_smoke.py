@@ -49,7 +49,7 @@ def test_cilium_policy_run_reconciles_every_managed_service(tmp_path: Path) -> N
     run = run_cold_start(
         scale=TINY,
         workdir=tmp_path,
-        env={"NODE_IPAM_CILIUM_COMPAT_FANOUT": "true"},
+        cilium_policy=True,
         timeout=60,
         log=False,
     )

@@ -238,3 +238,18 @@ def converged(api: Any, key: str, ips: list[str]) -> Callable[[], bool]:
     """A condition for :func:`wait_until`: Service ``key``'s stored ingress IPs are ``ips``
     (``api``: a :class:`~tests.controller.memory_api.MemoryAPI`)."""
     return lambda: (api.ingress(key) or []) == ips
+
+
+class QueueAdds:
+    """Counts the keys a :class:`~app.controller.manager.Controller`'s event handlers put
+    on its work queue from now on (a spy on ``controller.queue.add``)."""
+
+    def __init__(self, controller: Any) -> None:
+        self.count = 0
+        queue, real = controller.queue, controller.queue.add
+
+        def add(key: str) -> None:
+            self.count += 1
+            real(key)
+
+        queue.add = add

@@ -22,7 +22,7 @@ def test_relist_reports_additions_changes_and_deletions_missed_during_a_gap() ->
         ("c", False, True),
     ]
     assert sorted(n.name for n in cache.nodes()) == ["b", "c"]
-    assert cache.kind_synced("nodes") and not cache.synced
+    assert cache.unsynced() == ("services", "endpointslices", "pods") and not cache.synced
 
 
 def test_endpoint_slices_are_found_by_service_name_and_follow_relabelling() -> None:

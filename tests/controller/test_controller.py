@@ -17,6 +17,7 @@ from app.telemetry import metrics
 from tests.controller.memory_api import MemoryAPI
 from tests.controller.support import (
     EXCLUDE,
+    QueueAdds,
     Start,
     converged,
     endpoint_slice,
@@ -67,12 +68,12 @@ def test_nodes_edits_converge_and_heartbeats_cause_no_reconcile(
         step()
         wait_until(converged(memory_api, "default/web", ips), what=str(ips))
     writes = memory_api.calls["patch services/status"]
-    reconciles = controller.queue_adds()
+    adds = QueueAdds(controller)
     memory_api.apply("nodes", node("w1", internal=["10.0.0.9"], heartbeat="2031-01-01T00:00:00Z"))
     memory_api.apply("services", service("marker", lb_class="other"))
     wait_until(lambda: controller.cache.service("default", "marker"), what="marker seen")
     assert memory_api.calls["patch services/status"] == writes
-    assert controller.queue_adds() == reconciles + 1, "only the marker Service was enqueued"
+    assert adds.count == 1, "only the marker Service was enqueued"
 
 
 def test_local_service_follows_its_endpoints(memory_api: MemoryAPI, start: Start) -> None:
@@ -156,8 +157,8 @@ def test_not_ready_before_the_first_full_list_of_every_kind(
     memory_api.apply("services", service("web"))
     memory_api.fail(f"list {kind}", 503, 503, 503)
     controller = start(leader_elect=False)
-    wait_until(lambda: controller.cache.kind_synced("nodes"), what="nodes listed")
-    assert not controller.cache.kind_synced(kind)  # type: ignore[arg-type]
+    wait_until(lambda: "nodes" not in controller.cache.unsynced(), what="nodes listed")
+    assert kind in controller.cache.unsynced()
     assert not controller.ready() and memory_api.calls["patch services/status"] == 0
     wait_until(controller.ready, what=f"ready after {kind} listed too")
     assert memory_api.calls[f"list {kind}"] == 4
@@ -243,13 +244,14 @@ def test_writes_switched_off_keep_the_cache_but_never_write(
     memory_api.apply("nodes", node("w1", internal=["10.0.0.1"]))
     memory_api.apply("services", service("web"))
     controller = start(**{setting: False})
+    adds = QueueAdds(controller)  # before the caches sync: nothing is enqueued until then
     wait_until(controller.ready, what="cache synced")
     memory_api.apply("services", service("marker", lb_class="other"))
     wait_until(lambda: controller.cache.service("default", "marker"), what="marker seen")
     wait_until(controller.is_leader, what="the Lease (other leader-only duties need it)")
     assert memory_api.calls["patch services/status"] == 0
     assert len(controller.queue) == 0
-    assert controller.queue_adds() == 0
+    assert adds.count == 0
 
 
 def test_liveness_fails_while_the_lease_namespace_does_not_exist(
@@ -599,12 +601,12 @@ def test_a_host_network_pod_takes_its_port_on_its_node_until_it_goes(
     )
     assert "TCP/9100 on 10.0.0.1: hostNetwork Pod monitoring/exporter" in notes[0], notes
     wait_until(lambda: len(controller.queue) == 0, what="the queue drained")
-    adds, seen = controller.queue_adds(), len(memory_api.history)
+    adds, seen = QueueAdds(controller), len(memory_api.history)
     writes = memory_api.calls["patch services/status"]
 
     memory_api.delete("pods", "monitoring/exporter")
     wait_until(converged(memory_api, "default/metrics", ["10.0.0.1", "10.0.0.2"]), what="n1 back")
-    assert controller.queue_adds() - adds == 1, "the one Service with the Pod's port"
+    assert adds.count == 1, "the one Service with the Pod's port"
     assert memory_api.calls["patch services/status"] - writes == 1
     services = [(e["type"], e["object"]["metadata"]["name"])
                 for _, kind, e, _ in memory_api.history[seen:] if kind == "services"]  # fmt: skip

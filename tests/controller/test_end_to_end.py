@@ -19,6 +19,7 @@ from tests.controller.support import (
     CASE,
     EXCLUDE,
     Kubectl,
+    QueueAdds,
     endpoint_slice,
     host_pod,
     kind_4node,
@@ -206,13 +207,13 @@ def test_a_heartbeat_causes_no_reconcile_and_no_write(
     kubectl.create("services", service("web"))
     controller = run_controller()
     wait_until(settled(fake_api, "web", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]), what="converged")
-    adds, writes = controller.queue_adds(), fake_api.requests()[PATCH_STATUS]
+    adds, writes = QueueAdds(controller), fake_api.requests()[PATCH_STATUS]
     heartbeat = node("w1", internal=["10.0.0.1"], heartbeat="2031-01-01T00:00:00Z")
     kubectl.patch("nodes", "w1", {"status": heartbeat["status"]}, sub="status")
     kubectl.create("services", service("marker", lb_class="example.com/other"))
     wait_until(lambda: controller.cache.service("default", "marker"), what="marker seen")
     assert controller.cache.nodes()  # the heartbeat was seen before the marker (same stream order)
-    assert controller.queue_adds() == adds + 1, "only the marker Service was enqueued"
+    assert adds.count == 1, "only the marker Service was enqueued"
     assert fake_api.requests()[PATCH_STATUS] == writes
 
 

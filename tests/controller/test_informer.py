@@ -59,7 +59,7 @@ def names(cache: ClusterCache) -> list[str]:
 
 def test_lists_in_pages_then_follows_the_watch(running: Running, api: MemoryAPI) -> None:
     _informer, cache, recorder = running
-    wait_until(lambda: cache.kind_synced("nodes"), what="first list")
+    wait_until(lambda: "nodes" not in cache.unsynced(), what="first list")
     assert len(names(cache)) == 7
     assert api.calls["list nodes"] == 3, "7 Nodes in pages of 3"
     api.apply("nodes", node("n7", internal=["10.0.0.7"]))
@@ -124,7 +124,7 @@ def test_a_failing_list_is_retried_with_backoff(
     )
     informer.start()
     try:
-        wait_until(lambda: cache.kind_synced("nodes"), what="list after three failures")
+        wait_until(lambda: "nodes" not in cache.unsynced(), what="list after three failures")
         assert api.calls["list nodes"] == 4
     finally:
         informer.stop()
@@ -146,7 +146,7 @@ def test_a_429_list_waits_for_its_retry_after(api: MemoryAPI) -> None:
     )
     informer.start()
     try:
-        wait_until(lambda: cache.kind_synced("nodes"), what="list after the 429")
+        wait_until(lambda: "nodes" not in cache.unsynced(), what="list after the 429")
         first, second = api.call_times["list nodes"][:2]
         assert second - first >= 0.5
         assert api.calls["list nodes"] == 2
@@ -157,7 +157,7 @@ def test_a_429_list_waits_for_its_retry_after(api: MemoryAPI) -> None:
 
 def test_an_unusable_object_is_left_out_not_fatal(running: Running, api: MemoryAPI) -> None:
     informer, cache, _ = running
-    wait_until(lambda: cache.kind_synced("nodes"), what="first list")
+    wait_until(lambda: "nodes" not in cache.unsynced(), what="first list")
     bad = node("bad")
     bad["status"]["addresses"] = "not a list"
     api.apply("nodes", bad)
@@ -208,7 +208,7 @@ def test_a_poison_event_is_skipped_and_later_events_still_arrive(api: MemoryAPI,
     handler = PoisonHandler()
     to_view = poison_view if bug == "view" else node_view
     with informer_with(api, handler=handler, to_view=to_view) as (informer, cache):
-        wait_until(lambda: cache.kind_synced("nodes"), what="first list")
+        wait_until(lambda: "nodes" not in cache.unsynced(), what="first list")
         api.apply("nodes", node("poison"))
         api.apply("nodes", node("after-poison"))
         wait_until(lambda: "after-poison" in names(cache), what="event after the poison one")
@@ -242,7 +242,7 @@ def test_an_unexpected_error_in_the_list_watch_cycle_backs_off_and_re_lists() ->
     api = BrokenOnceAPI()
     api.apply("nodes", node("n0"))
     with informer_with(api) as (informer, cache):
-        wait_until(lambda: cache.kind_synced("nodes"), what="list after the failure")
+        wait_until(lambda: "nodes" not in cache.unsynced(), what="list after the failure")
         assert names(cache) == ["n0"]
         assert informer.alive()
 
@@ -274,7 +274,7 @@ def test_the_pod_informer_lists_and_watches_host_network_pods_only() -> None:
                         field_selector=HOST_NETWORK_PODS)  # fmt: skip
     informer.start()
     try:
-        wait_until(lambda: cache.kind_synced("pods"), what="first list")
+        wait_until(lambda: "pods" not in cache.unsynced(), what="first list")
         assert api.calls["list pods"] == 3, "5 host-network Pods in pages of 2"
         assert sorted(recorder.changes) == [(f"ns/host-{i}", False, True) for i in range(5)]
         api.apply("pods", pod("pod-5", False))
@@ -352,7 +352,7 @@ def pod_informer(
                         field_selector=field_selector, backoff_initial=0.01)  # fmt: skip
     informer.start()
     try:
-        wait_until(lambda: cache.kind_synced("pods"), what="first list")
+        wait_until(lambda: "pods" not in cache.unsynced(), what="first list")
         yield cache, recorder
     finally:
         informer.stop()

@@ -25,9 +25,6 @@ from app.config import Settings
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "node-ipam-lb"
 SCHEMA_PATH = CHART / "values.schema.json"
 
-NO_FLAG = {"cilium_compat_fanout"}
-"""Settings without a ``serve`` flag (benchmarks only): not in the chart."""
-
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
@@ -127,7 +124,7 @@ def _setting(field: str, prop: dict[str, Any]) -> dict[str, Any]:
 def settings_schema() -> dict[str, Any]:
     """The ``settings`` object: one property per ``serve`` flag, nothing else allowed."""
     props = Settings.model_json_schema()["properties"]
-    fields = [f for f in Settings.model_fields if f not in NO_FLAG]
+    fields = list(Settings.model_fields)
     return {
         "type": "object",
         "description": "Every `node-ipam-lb serve` setting under its flag name",

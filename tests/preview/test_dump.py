@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.core.dump import DumpError, load_dump, load_views
+from app.core.dump import DumpError, load_dump, project
 from tests.core.builders import node_obj, service_obj
 
 Write = Callable[..., str]
@@ -67,7 +67,7 @@ def test_only_host_network_pods_are_kept_and_projected(write: Write) -> None:
     assert [o["metadata"]["name"] for o in dump.pods] == ["exporter", "exporter"]
     assert dump.skipped == {"Pod": 4}
     assert dump.where(dump.pods[0]) == f"{path}: document 1 (Pod monitoring/exporter)"
-    views = load_views([path])
+    views = project(load_dump([path]))
     assert [(p.name, p.node_name, p.ports) for p in views.pods] == [
         ("exporter", "n1", (("TCP", 9100),))
     ]
@@ -116,7 +116,7 @@ def test_pods_that_hold_node_ports_are_kept_and_the_rest_skipped(write: Write) -
     dump = load_dump([path])
     assert [o["metadata"]["name"] for o in dump.pods] == ["exporter", "ingress", "dns", "s"]
     assert dump.skipped == {"Pod": 4}
-    views = load_views([path])
+    views = project(load_dump([path]))
     assert [(p.name, p.ports) for p in views.pods] == [
         ("exporter", (("TCP", 8080),)), ("ingress", (("TCP", 80),)), ("dns", (("UDP", 53),)),
         ("s", (("TCP", 81),)),
@@ -124,7 +124,7 @@ def test_pods_that_hold_node_ports_are_kept_and_the_rest_skipped(write: Write) -
     off = load_dump([path], host_port_pods=False)
     assert [o["metadata"]["name"] for o in off.pods] == ["exporter"]
     assert off.skipped == {"Pod": 7}
-    assert [p.name for p in load_views([path], host_port_pods=False).pods] == ["exporter"]
+    assert [p.name for p in project(load_dump([path], host_port_pods=False)).pods] == ["exporter"]
 
 
 def test_a_pod_that_cannot_be_projected_is_unusable_input_not_skipped(write: Write) -> None:
@@ -135,7 +135,7 @@ def test_a_pod_that_cannot_be_projected_is_unusable_input_not_skipped(write: Wri
     assert len(load_dump([path]).pods) == 1
     where = r"items\[0\] \(Pod ns/bad\): spec.containers\[0\].ports"
     with pytest.raises(DumpError, match=where):
-        load_views([path])
+        project(load_dump([path]))
 
 
 def test_later_file_wins_and_views_are_sorted(write: Write) -> None:
@@ -143,7 +143,7 @@ def test_later_file_wins_and_views_are_sorted(write: Write) -> None:
         yaml.safe_dump_all([node_obj("b", internal=["10.0.0.1"]), node_obj("a")]), "1.yaml"
     )
     second = write(yaml.safe_dump(node_obj("b", internal=["10.0.0.2"])), "2.yaml")
-    views = load_views([first, second])
+    views = project(load_dump([first, second]))
     assert [n.name for n in views.nodes] == ["a", "b"]
     assert [a.ip for a in views.nodes[1].addresses] == ["10.0.0.2"]
 
@@ -155,7 +155,7 @@ def test_view_errors_carry_the_origin(write: Write) -> None:
     with pytest.raises(
         DumpError, match=r"items\[0\] \(Node n1\): status.conditions: Invalid value"
     ):
-        load_views([path])
+        project(load_dump([path]))
 
 
 def test_unquoted_yaml_timestamps_are_understood(write: Write) -> None:
@@ -163,5 +163,5 @@ def test_unquoted_yaml_timestamps_are_understood(write: Write) -> None:
         "'2023", "2023"
     )
     text = text.replace("Z'", "Z")
-    views = load_views([write(text)])
+    views = project(load_dump([write(text)]))
     assert views.nodes[0].ready_since == 1_700_000_000

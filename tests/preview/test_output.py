@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from app.core.decision import Decider
-from app.core.dump import load_views
+from app.core.dump import load_dump, project
 from app.core.nodeipam import NodeVerdict, Selection
 from app.core.options import SelectionSettings
 from app.preview import run as preview_cli
@@ -20,7 +20,7 @@ from tests.preview.conftest import KIND_4NODE
 
 
 def kind_4node() -> list[Selection]:
-    views = load_views([str(KIND_4NODE / "cluster.yaml")])
+    views = project(load_dump([str(KIND_4NODE / "cluster.yaml")]))
     return list(preview_cli.preview_dump(views, settings=SelectionSettings(), now=NOW))
 
 

@@ -73,6 +73,9 @@ class FakeCache:
     def nodes(self) -> list[NodeView]:
         return list(self.node_views)
 
+    def unsynced(self) -> tuple[str, ...]:
+        return () if self.synced else ("nodes", "services", "endpointslices", "pods")
+
     def node_index(self) -> NodeIndex:
         """One index per Node snapshot, like ClusterCache: a new one once ``node_views``
         holds other objects (tests append, remove or replace views)."""

@@ -159,6 +159,11 @@ def test_healthz_and_readyz_follow_the_controller(client: AppClient, controller:
     health = client.get("/healthz")
     assert ready.status_code == 503 and "not synced" in ready.text
     assert health.status_code == 503 and "Node watch silent" in health.text
+    controller.cache.synced = False  # type: ignore[attr-defined]
+    assert client.get("/readyz").text == (
+        "not ready: cluster cache not synced (waiting for the first list of: nodes, services,"
+        " endpointslices, pods)\n"
+    )
 
 
 def test_lifespan_starts_and_stops_the_controller(controller: object) -> None:

@@ -37,10 +37,12 @@ def readiness(state: AppState) -> tuple[int, str]:
     """``(HTTP status, text)`` of ``/readyz``: 200 ``ok`` once the cluster cache is synced
     (or when running without a controller) and every condition of ``state.readiness`` holds
     (the webhook is in force: caBundle verifies the served certificate, docs/design.md §5
-    Health); else 503 ``not ready: <what it waits for>``. Reads flags and cached verdicts
-    only: safe from any thread, never blocks."""
+    Health); else 503 ``not ready: <what it waits for>`` (the kinds not listed yet).
+    Reads flags and cached verdicts only: safe from any thread, never blocks."""
     if state.controller is not None and not state.controller.ready():
-        return 503, "not ready: cluster cache not synced\n"
+        waiting = ", ".join(state.controller.cache.unsynced())
+        why = f" (waiting for the first list of: {waiting})" if waiting else ""
+        return 503, f"not ready: cluster cache not synced{why}\n"
     for condition in state.readiness:
         ready, reason = condition.ready()
         if not ready:
