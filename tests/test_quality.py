@@ -152,3 +152,33 @@ def test_runtime_dependencies_are_what_the_product_imports() -> None:
         "imported, not declared": sorted(needed - declared),
         "declared, not imported": sorted(declared - needed),
     }
+
+
+def test_verdict_codes_are_spelled_in_one_place() -> None:
+    """Every Node verdict code is a constant of app/core/codes.py; no other module of app/
+    spells one as a string literal (docstrings aside), so a renamed code cannot leave a
+    comparison that silently never matches."""
+    import app.core.codes as codes
+
+    spelled = {v for k, v in vars(codes).items() if k.isupper() and isinstance(v, str)}
+    found = []
+    for path in sorted((ROOT / "app").rglob("*.py")):
+        if path.name == "codes.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and node.value in spelled
+                and id(node) not in docstrings
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    assert not found, found

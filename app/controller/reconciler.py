@@ -46,6 +46,7 @@ from app.controller.events import (
     EventRecorder,
     ServiceEvent,
 )
+from app.core.codes import EXTERNAL_IP_PREFERRED, NO_READY_ENDPOINT, PORT_IN_USE
 from app.core.decision import (
     SELECTION_FIELDS,
     Decider,
@@ -305,7 +306,7 @@ class Reconciler:
         said nothing else about the Service's status: a Service that had addresses and
         lost its endpoints (scaled to 0) gets the ``NoEligibleNodes`` Warning at once,
         and a Warning is never followed by a step back to Normal."""
-        if outcome.ingress or outcome.code != "NoReadyEndpoint" or published:
+        if outcome.ingress or outcome.code != NO_READY_ENDPOINT or published:
             return None
         if service.created is None or now >= service.created + ENDPOINT_GRACE_SECONDS:
             return None
@@ -435,12 +436,12 @@ class Reconciler:
             if outcome.port_note is not None and outcome.ingress
             else None
         )
-        self._say(namespace, name, slot=PORT_SLOT, event=_warning("PortInUse", port_note), uid=uid)
+        self._say(namespace, name, slot=PORT_SLOT, event=_warning(PORT_IN_USE, port_note), uid=uid)
         self._say(
             namespace,
             name,
             slot=EXTERNAL_IP_SLOT,
-            event=_normal("ExternalIPPreferred", outcome.hidden_note),
+            event=_normal(EXTERNAL_IP_PREFERRED, outcome.hidden_note),
             uid=uid,
             record_only=not wrote,
         )

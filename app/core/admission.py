@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.codes import NO_READY_ENDPOINT, SELECTOR_MISMATCH
 from app.core.decision import Decider, NotMemoised, Outcome, Snapshot
 from app.core.health import NO_UNHEALTHY
 from app.core.nodeindex import node_index
@@ -589,9 +590,9 @@ def _selection_warnings(
         return ()
     key = settings.match_node_labels_annotation
     codes = outcome.dropped
-    if view.match_node_labels and codes <= {"SelectorMismatch"}:
+    if view.match_node_labels and codes <= {SELECTOR_MISMATCH}:
         return (_short(f"{key} matches no node now: the Service gets no ingress"),)
-    if view.external_traffic_policy == "Local" and "NoReadyEndpoint" in codes:
+    if view.external_traffic_policy == "Local" and NO_READY_ENDPOINT in codes:
         return (_short("externalTrafficPolicy is Local and no node has a ready endpoint now"),)
     return ()
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.codes import EXTERNAL_IP_PREFERRED, PORT_IN_USE, UNHEALTHY
 from app.core.health import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import (
@@ -125,7 +126,7 @@ def unhealthy_note(names: Sequence[str]) -> str | None:
 
 def hidden_nodes(selection: Selection) -> list[str]:
     """Names of the Nodes ``selection`` hides by the global ExternalIP preference."""
-    return [v.name for v in selection.nodes if v.code == "ExternalIPPreferred"]
+    return [v.name for v in selection.nodes if v.code == EXTERNAL_IP_PREFERRED]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +178,7 @@ class Outcome:
             code = self.code
         else:
             nodes = set()
-            code = ownership.code or "PortInUse"
+            code = ownership.code or PORT_IN_USE
             reason = ownership.empty_reason()
         return dataclasses.replace(
             self,
@@ -195,7 +196,7 @@ class Outcome:
         """The outcome of ``selection`` (the notes are derived here, once)."""
         empty = selection.ingress is not None and not selection.ingress
         hidden = hidden_nodes(selection) if selection.ingress else []
-        failing = [v.name for v in selection.nodes if v.code == "Unhealthy"]
+        failing = [v.name for v in selection.nodes if v.code == UNHEALTHY]
         selected = sum(v.selected for v in selection.nodes) if selection.ingress else 0
         none = not any(v.selected for v in selection.nodes)
         return cls(

@@ -15,6 +15,7 @@ import threading
 from array import array
 from collections.abc import Iterable, Sequence
 
+from app.core.codes import SELECTOR_MISMATCH
 from app.core.selector import DOUBLE_EQUALS, EQUALS, IN, Selector
 from app.core.verdicts import NodeVerdict, new_verdict
 from app.core.views import NodeView
@@ -184,8 +185,8 @@ class NodeIndex:
         if verdicts is None:
             verdicts = tuple(
                 [
-                    node.verdict_cache.get("SelectorMismatch")
-                    or new_verdict(node, "SelectorMismatch")
+                    node.verdict_cache.get(SELECTOR_MISMATCH)
+                    or new_verdict(node, SELECTOR_MISMATCH)
                     for node in self.nodes
                 ]
             )

@@ -24,6 +24,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.codes import (
+    EXTERNAL_IP_PREFERRED,
+    NO_ADDRESS_OF_FAMILY,
+    NO_READY_ENDPOINT,
+    NOT_READY,
+    PORT_IN_USE,
+    SELECTED,
+    UNHEALTHY,
+)
 from app.core.health import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex, node_index
 from app.core.options import SelectionSettings
@@ -247,8 +256,8 @@ def _filter_nodes(
             continue
         eligible += 1
         if ready_names is not None and node.name not in ready_names:
-            verdicts[i] = node.verdict_cache.get("NoReadyEndpoint") or new_verdict(
-                node, "NoReadyEndpoint"
+            verdicts[i] = node.verdict_cache.get(NO_READY_ENDPOINT) or new_verdict(
+                node, NO_READY_ENDPOINT
             )
             continue
         indices.append(i)
@@ -277,14 +286,14 @@ def _addresses(
     for idx, node in zip(indices, candidates, strict=True):
         external = node.external_families & wanted
         if not (external or node.internal_families & wanted):
-            key: VerdictKey = ("NoAddressOfFamily", wanted)
+            key: VerdictKey = (NO_ADDRESS_OF_FAMILY, wanted)
         elif use_external and not external:
-            key = "ExternalIPPreferred"
+            key = EXTERNAL_IP_PREFERRED
             hidden += 1
         else:
             selected += 1
             use = external if fallback else use_external
-            key = ("Selected", "ExternalIP" if use else "InternalIP", wanted)
+            key = (SELECTED, "ExternalIP" if use else "InternalIP", wanted)
             for bit, value, ip in node.external_entries if use else node.internal_entries:
                 if bit & wanted:
                     if bit == 1:
@@ -441,13 +450,13 @@ def summarise(
     hidden = tuple(
         node.name
         for node, verdict in zip(candidates, verdicts, strict=True)
-        if verdict is not None and verdict.code == "ExternalIPPreferred"
+        if verdict is not None and verdict.code == EXTERNAL_IP_PREFERRED
     )
     failing = (
         tuple(
             node.name
             for node, verdict in zip(candidates, verdicts, strict=True)
-            if verdict is not None and verdict.code == "Unhealthy"
+            if verdict is not None and verdict.code == UNHEALTHY
         )
         if unhealthy
         else ()
@@ -512,7 +521,7 @@ def _advertise(
         )  # fmt: skip
     else:
         for idx, node in failing:
-            why = ("Unhealthy", unhealthy[node.name])
+            why = (UNHEALTHY, unhealthy[node.name])
             verdicts[idx] = node.verdict_cache.get(why) or new_verdict(node, why)
     if not_ready and not (v4 or v6):
         warnings.append(
@@ -525,7 +534,7 @@ def _advertise(
             verdicts=verdicts, wanted=wanted, fallback=fallback,
         )  # fmt: skip
     else:
-        key = ("NotReady", settings.not_ready_grace_seconds)
+        key = (NOT_READY, settings.not_ready_grace_seconds)
         for idx, node in not_ready:
             verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
     if hidden:
@@ -610,7 +619,7 @@ def apply_ownership(
             lost_by_node.setdefault(node, []).append(entry["ip"])
         else:
             kept_nodes.add(node)
-    code = ownership.code or "PortInUse"
+    code = ownership.code or PORT_IN_USE
     verdicts = []
     for verdict in selection.nodes:
         addresses = lost_by_node.get(verdict.name)

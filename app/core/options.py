@@ -18,6 +18,7 @@ from app.core.ports import (
     parse_port_ranges,
 )
 from app.core.selector import qualified_name_errors
+from app.core.views import MATCH_NODE_LABELS_ANNOTATION
 
 __all__ = [
     "DEFAULT_LB_SERVICE_IPAM_VALUES",
@@ -30,7 +31,6 @@ __all__ = [
 ]
 
 LOAD_BALANCER_CLASS = "io.cilium/node"
-MATCH_NODE_LABELS_ANNOTATION = "io.cilium.nodeipam/match-node-labels"
 DEFAULT_LB_SERVICE_IPAM_VALUES = ("lbipam", "nodeipam", "none")
 DefaultLBServiceIPAM = Literal["lbipam", "nodeipam", "none"]
 IPMode = Literal["VIP", "Proxy"]

@@ -42,12 +42,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from app.core.codes import NAMESPACE_NOT_ALLOWED, PORT_IN_USE
 from app.core.status import with_ports
-
-if TYPE_CHECKING:  # views imports options, which imports this module
-    from app.core.views import EndpointSliceView, HostPort, PodView, ServiceView
+from app.core.views import EndpointSliceView, HostPort, PodView, ServiceView
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 """The protocols of ``spec.ports[].protocol`` (core/v1 ``Protocol``); absent means TCP."""
@@ -277,7 +276,7 @@ class Ownership:
     def empty_reason(self) -> str:
         """The reason of a Service that keeps no address: ``every address is taken:
         <note>``, or the namespace rule."""
-        if self.code == "NamespaceNotAllowed":
+        if self.code == NAMESPACE_NOT_ALLOWED:
             return "the namespace may not get node addresses (setting allowed-namespaces)"
         return f"every address is taken: {self.note()}"
 
@@ -931,11 +930,11 @@ def decide(
             lost, conflicts = blocks(
                 service, candidates, ports=ports, node_of=node_of, policy=policy
             )
-            return Ownership(lost, tuple(conflicts), "NamespaceNotAllowed")
+            return Ownership(lost, tuple(conflicts), NAMESPACE_NOT_ALLOWED)
         return NO_CONFLICT
     lost, conflicts = blocks(service, candidates, ports=ports, node_of=node_of, policy=policy)
     if conflicts and conflicts[0].holder.kind == "Namespace":
-        return Ownership(lost, tuple(conflicts), "NamespaceNotAllowed")
+        return Ownership(lost, tuple(conflicts), NAMESPACE_NOT_ALLOWED)
     remaining = [a for a in candidates if a not in lost]
     me = (service.namespace, service.name)
     contested = [
@@ -962,4 +961,4 @@ def decide(
         lost = lost | frozenset(over)
     if not lost:
         return Ownership(frozenset(), tuple(conflicts), None) if conflicts else NO_CONFLICT
-    return Ownership(frozenset(lost), tuple(conflicts), "PortInUse")
+    return Ownership(frozenset(lost), tuple(conflicts), PORT_IN_USE)

@@ -10,6 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.codes import (
+    AUTOSCALER_TAINTED,
+    DELETING,
+    EXCLUDED_BY_LABEL,
+    EXTERNAL_IP_PREFERRED,
+    NAMESPACE_NOT_ALLOWED,
+    NO_ADDRESS_OF_FAMILY,
+    NO_READY_ENDPOINT,
+    NOT_READY,
+    PORT_IN_USE,
+    SELECTED,
+    SELECTOR_MISMATCH,
+    UNHEALTHY,
+)
 from app.core.views import AUTOSCALER_TAINT, EXCLUDE_FROM_LB_LABEL, FAMILY_BIT, NodeView
 
 VerdictKey = str | tuple[Any, ...]
@@ -33,14 +47,14 @@ class NodeVerdict:
 
 
 _STATIC_REASONS = {
-    "SelectorMismatch": "labels do not match the node selector",
-    "Deleting": "being deleted (metadata.deletionTimestamp is set)",
-    "ExcludedByLabel": f"has label {EXCLUDE_FROM_LB_LABEL} (excludes whatever its value)",
-    "AutoscalerTaint": f"has taint {AUTOSCALER_TAINT} (the cluster autoscaler is removing it)",
-    "NoReadyEndpoint": (
+    SELECTOR_MISMATCH: "labels do not match the node selector",
+    DELETING: "being deleted (metadata.deletionTimestamp is set)",
+    EXCLUDED_BY_LABEL: f"has label {EXCLUDE_FROM_LB_LABEL} (excludes whatever its value)",
+    AUTOSCALER_TAINTED: f"has taint {AUTOSCALER_TAINT} (the cluster autoscaler is removing it)",
+    NO_READY_ENDPOINT: (
         "externalTrafficPolicy is Local and no ready endpoint of the Service is on this node"
     ),
-    "ExternalIPPreferred": (
+    EXTERNAL_IP_PREFERRED: (
         "has no ExternalIP of a wanted family while other nodes have one: only ExternalIPs"
         " are advertised (setting per-node-address-fallback changes this)"
     ),
@@ -62,20 +76,20 @@ def new_verdict(node: NodeView, key: VerdictKey) -> NodeVerdict:
         if node.invalid_addresses
         else ""
     )
-    if code == "Selected":
+    if code == SELECTED:
         kind, mask = arg
         entries = node.external_entries if kind == "ExternalIP" else node.internal_entries
         ips = [ip for bit, _, ip in entries if bit & mask]
         reason = f"advertised: {kind} {', '.join(ips)}{invalid}"
-    elif code == "NotReady":
+    elif code == NOT_READY:
         reason = f"Ready condition not True for longer than the {arg[0]:g}s grace period"
-    elif code == "Unhealthy":
+    elif code == UNHEALTHY:
         reason = f"{arg[0]}; not advertised while healthy nodes are"
-    elif code == "NoAddressOfFamily":
+    elif code == NO_ADDRESS_OF_FAMILY:
         reason = f"no ExternalIP or InternalIP of family {family_names(arg[0])}{invalid}"
     else:
         reason = _STATIC_REASONS[code]
-    verdict = NodeVerdict(name=node.name, selected=code == "Selected", code=code, reason=reason)
+    verdict = NodeVerdict(name=node.name, selected=code == SELECTED, code=code, reason=reason)
     node.verdict_cache[key] = verdict
     return verdict
 
@@ -89,12 +103,12 @@ NOT_MANAGED = "NotManaged"
 """``Selection.code`` of a Service that is not ours (§3)."""
 PENDING_CODES = (
     "NoNodes",
-    "SelectorMismatch",
+    SELECTOR_MISMATCH,
     "Excluded",
-    "NoReadyEndpoint",
-    "NoAddressOfFamily",
-    "PortInUse",
-    "NamespaceNotAllowed",
+    NO_READY_ENDPOINT,
+    NO_ADDRESS_OF_FAMILY,
+    PORT_IN_USE,
+    NAMESPACE_NOT_ALLOWED,
 )
 """``Selection.code`` of a managed Service with an empty ingress (``<pending>``): the first
 step of docs/design.md §4 that emptied the list, in step order: no Node at all, the
@@ -123,15 +137,15 @@ def selection_reason(
     if total == 0:
         return "NoNodes", "no Nodes in the cluster"
     if matched == 0:
-        return "SelectorMismatch", f"no Node matches the node selector {selector}"
+        return SELECTOR_MISMATCH, f"no Node matches the node selector {selector}"
     if eligible == 0:
         return "Excluded", (
             "every matching Node is excluded (being deleted, exclusion label or autoscaler taint)"
         )
     if local and candidates == 0:
-        return "NoReadyEndpoint", (
+        return NO_READY_ENDPOINT, (
             "externalTrafficPolicy is Local and no eligible Node has a ready endpoint"
         )
-    return "NoAddressOfFamily", (
+    return NO_ADDRESS_OF_FAMILY, (
         f"no eligible Node has an ExternalIP or InternalIP of family {family_names(wanted)}"
     )

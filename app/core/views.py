@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app.core.options import MATCH_NODE_LABELS_ANNOTATION
+from app.core.codes import AUTOSCALER_TAINTED, DELETING, EXCLUDED_BY_LABEL
 
+MATCH_NODE_LABELS_ANNOTATION = "io.cilium.nodeipam/match-node-labels"
+"""Cilium's node-selector annotation on a Service (``annotation.go``: ``NodeIPAMMatchNodeLabels``);
+the default of setting ``match-node-labels-annotation``."""
 EXCLUDE_FROM_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 AUTOSCALER_TAINT = "ToBeDeletedByClusterAutoscaler"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -154,11 +157,11 @@ class NodeView:
     def __post_init__(self) -> None:
         predicate = None
         if self.deleting:
-            predicate = "Deleting"
+            predicate = DELETING
         elif EXCLUDE_FROM_LB_LABEL in self.labels:
-            predicate = "ExcludedByLabel"
+            predicate = EXCLUDED_BY_LABEL
         elif AUTOSCALER_TAINT in self.taint_keys:
-            predicate = "AutoscalerTaint"
+            predicate = AUTOSCALER_TAINTED
         external = _entries(self.addresses, "ExternalIP")
         internal = _entries(self.addresses, "InternalIP")
         object.__setattr__(self, "predicate", predicate)

@@ -24,6 +24,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from app import __version__
+from app.core.codes import EXTERNAL_IP_PREFERRED, SELECTED, UNHEALTHY
 from app.core.verdicts import PENDING_CODES
 
 # No ``*_created`` sample per counter and histogram: client_golang (controller-runtime's
@@ -218,7 +219,7 @@ INVALID_SELECTOR = "invalid_selector"
 UNRECONCILED = "unreconciled"
 SERVICE_STATES = (ASSIGNED, PENDING, INVALID_SELECTOR, UNRECONCILED)
 """Values of the ``state`` label of ``node_ipam_lb_services``."""
-NODE_VERDICTS = ("Selected", "ExternalIPPreferred", "Unhealthy")
+NODE_VERDICTS = (SELECTED, EXTERNAL_IP_PREFERRED, UNHEALTHY)
 """Values of the ``verdict`` label of ``node_ipam_lb_service_nodes``: the verdicts every
 reconcile knows without a verdict per Node (docs/design.md §5, §4.11)."""
 

@@ -19,6 +19,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.codes import EXCLUDED_BY_LABEL, SELECTED
 from app.core.decision import Snapshot
 from app.core.dump import DumpError, parse_documents
 from app.core.views import ServiceView, ViewError, service_view
@@ -118,11 +119,11 @@ PREVIEW_EXAMPLE: dict[str, Any] = {
     "ingress": [{"ip": "172.18.0.3", "ipMode": "VIP"}, {"ip": "172.18.0.4", "ipMode": "VIP"}],
     "error": None,
     "nodes": [
-        {"name": "worker", "selected": True, "code": "Selected", "reason": "selected"},
+        {"name": "worker", "selected": True, "code": SELECTED, "reason": "selected"},
         {
             "name": "control-plane",
             "selected": False,
-            "code": "ExcludedByLabel",
+            "code": EXCLUDED_BY_LABEL,
             "reason": "node.kubernetes.io/exclude-from-external-load-balancers is set",
         },
     ],
