@@ -160,7 +160,7 @@ class Settings(SelectionConfig):
     # Readiness (app/web/webhookready.py): a dry-run Service with a malformed selector is
     # created in this namespace and must be denied by our webhook; "" turns the probe off.
     admission_probe_namespace: str = Field(default="default", max_length=63)
-    # Health-checked nodes (docs/design.md §4.11, app/controller/healthprober.py): the Lease
+    # Health-checked nodes (docs/design.md §4.11, app/controller/nodeprober.py): the Lease
     # holder probes kube-proxy's /healthz on every Node; off by default (Cilium does not).
     node_health_check: bool = False
     node_health_check_port: int = Field(default=10256, ge=1, le=65535)

@@ -163,7 +163,7 @@ def build(
     Raises:
         StartupError: see :func:`api_client_for` and :func:`tls_context`.
     """
-    from app.controller.manager import Controller
+    from app.controller.controller import Controller
     from app.kube.client import KubernetesAPI
 
     api_client, in_cluster = connection or api_client_for(settings)

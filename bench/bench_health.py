@@ -1,7 +1,7 @@
 """Node health checks: one probe round over many Nodes (``.venv/bin/python -m bench.bench_health``).
 
 What it costs the Lease holder to probe kube-proxy's ``/healthz`` on every Node
-(``app/controller/healthprober.py``): a :class:`NodeHealthProber` with the default
+(``app/controller/nodeprober.py``): a :class:`NodeHealthProber` with the default
 settings (period 10 s, timeout 2 s, 64 connections, 500 probes/s) runs ``--rounds``
 rounds over ``--nodes`` targets, every one pointing at one local healthz server on
 127.0.0.1 that answers as kube-proxy does (HTTP 200, its JSON body, ``Connection: close``).
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from app.controller import healthprober
-from app.core.health import HealthPolicy, HealthTable
+from app.controller import nodeprober
+from app.core.nodehealth import HealthPolicy, HealthTable
 from bench.procs import Process, machine, memory_mb, python
 
 BODY = (
@@ -180,7 +180,7 @@ Probe = Callable[..., Awaitable[tuple[bool, str]]]
 
 
 def httpx_probe() -> Probe:
-    """A drop-in for :func:`app.controller.healthprober.probe` sending through one shared
+    """A drop-in for :func:`app.controller.nodeprober.probe` sending through one shared
     ``httpx.AsyncClient`` (made in the prober's loop on first use; no keep-alive)."""
     import httpx
 
@@ -220,7 +220,7 @@ def measure(
 ) -> list[Figure]:
     """``rounds`` rounds of a prober over ``nodes`` targets at 127.0.0.1:``port``."""
     targets = {f"node-{i:05d}": "127.0.0.1" for i in range(nodes)}
-    prober = healthprober.NodeHealthProber(
+    prober = nodeprober.NodeHealthProber(
         table=HealthTable(HealthPolicy()),
         targets=lambda: targets,
         port=port,
@@ -232,9 +232,9 @@ def measure(
         on_change=lambda names: None,
     )
     patch: Any = (
-        mock.patch.object(healthprober, "probe", httpx_probe())
+        mock.patch.object(nodeprober, "probe", httpx_probe())
         if client == "httpx"
-        else mock.patch.object(healthprober, "probe", healthprober.probe)
+        else mock.patch.object(nodeprober, "probe", nodeprober.probe)
     )
     figures = []
     with patch:

@@ -21,13 +21,13 @@ def main() -> None:
     """``app.cli.main`` with Cilium's policy: every Node event enqueues every managed
     Service, every reconcile writes, and no watch event counts as our own write's echo."""
     from app import cli
-    from app.controller import manager, reconciler
+    from app.controller import controller, reconciler
     from app.controller.cache import service_key
 
     def every_managed(*, managed: Iterable[Any], **_: Any) -> list[str]:
         return [service_key(s.namespace, s.name) for s in managed]
 
-    manager.services_for_node_change = every_managed  # type: ignore[assignment]
+    controller.services_for_node_change = every_managed  # type: ignore[assignment]
     reconciler.status_differs = lambda *_: True  # type: ignore[assignment]
     reconciler.Reconciler.is_own_write = lambda self, old, new: False  # type: ignore[method-assign]
     cli.main()

@@ -25,7 +25,7 @@ from app.kube.client import Kind
 KINDS: tuple[Kind, ...] = ("nodes", "services", "endpointslices", "pods")
 """The watched kinds; of the ``pods`` only those that hold a node port are stored (a
 ``hostNetwork: true`` Pod's ``containerPort``, another Pod's ``hostPort``:
-app.controller.manager.host_pod_view; with ``host-port-pods`` off the informer lists the
+app.controller.controller.host_pod_view; with ``host-port-pods`` off the informer lists the
 ``hostNetwork: true`` ones only, app.kube.client.pod_field_selector)."""
 
 View = Any

@@ -54,7 +54,7 @@ from app.core.decision import (
     Snapshot,
 )
 from app.core.hazards import Hazard
-from app.core.health import NO_HEALTH, HealthView
+from app.core.nodehealth import NO_HEALTH, HealthView
 from app.core.nodeipam import has_our_class, is_managed
 from app.core.options import SelectionSettings
 from app.core.ports import port_key, stale_ingress

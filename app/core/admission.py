@@ -32,7 +32,7 @@ from typing import Any
 
 from app.core.codes import NO_READY_ENDPOINT, SELECTOR_MISMATCH
 from app.core.decision import Decider, NotMemoised, Outcome, Snapshot
-from app.core.health import NO_UNHEALTHY
+from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import node_index
 from app.core.nodeipam import NodeIndex, is_managed
 from app.core.options import SelectionSettings

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.codes import EXTERNAL_IP_PREFERRED, PORT_IN_USE, UNHEALTHY
-from app.core.health import NO_UNHEALTHY
+from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import (
     Selection,

@@ -333,7 +333,7 @@ def is_host_network(obj: Mapping[str, Any]) -> bool:
 
 def holds_node_ports(obj: Mapping[str, Any], *, host_port_pods: bool = True) -> bool:
     """True when Pod ``obj`` holds a port of its node (docs/design.md §4.9), as the
-    controller's Pod informer keeps it (``app.controller.manager.host_pod_view``): its
+    controller's Pod informer keeps it (``app.controller.controller.host_pod_view``): its
     :func:`~app.core.views.pod_view` holds ports (a bound Pod that has not ended, with a
     ``containerPort`` on the host network or a ``hostPort``); with ``host_port_pods``
     false (the ``host-port-pods`` setting, docs/design.md §10) only a ``hostNetwork:

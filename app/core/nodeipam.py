@@ -33,7 +33,7 @@ from app.core.codes import (
     SELECTED,
     UNHEALTHY,
 )
-from app.core.health import NO_UNHEALTHY
+from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex, node_index
 from app.core.options import SelectionSettings
 from app.core.ports import (
@@ -325,7 +325,7 @@ def select(
         settings: the selection settings.
         now: current time, epoch seconds (only the NotReady grace period reads it).
         unhealthy: node name -> why, the nodes failing their health checks
-            (:attr:`app.core.health.HealthView.unhealthy`; empty with health checks off).
+            (:attr:`app.core.nodehealth.HealthView.unhealthy`; empty with health checks off).
 
     Steps: selector annotation (apimachinery ``labels.Parse``; a parse error gives
     ``error`` and ``ingress=None``, an empty value matches all nodes), KEP-3458 node

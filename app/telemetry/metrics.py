@@ -229,7 +229,7 @@ class ServiceStates:
     ``node_ipam_lb_services{state, reason}`` and ``node_ipam_lb_service_nodes{verdict}``
     (docs/design.md §5, "State metrics").
 
-    One per :class:`~app.controller.manager.Controller`. The controller tells it which
+    One per :class:`~app.controller.controller.Controller`. The controller tells it which
     Services are managed (:meth:`set_managed`, from the Service informer's changes) and
     the reconciler what each last came to (:meth:`record`); a managed Service with no
     record is ``unreconciled``. Each call is O(1) (a dict update and a few integer

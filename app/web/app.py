@@ -16,7 +16,7 @@ from app import __version__
 from app.config import Settings
 from app.core.decision import Decider
 from app.core.hazards import Hazard
-from app.core.health import NO_UNHEALTHY
+from app.core.nodehealth import NO_UNHEALTHY
 from app.telemetry.logs import log_event
 from app.web.auth import AllowAll, Authorizer
 from app.web.limits import BodyBudget

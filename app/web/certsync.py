@@ -91,7 +91,7 @@ def _utc_now() -> datetime.datetime:
 class CertSync:
     """Keeps the Secret, the two ``caBundle`` fields and the served files in step.
 
-    ``is_leader`` is :meth:`app.controller.manager.Controller.is_leader`; ``clock`` returns an
+    ``is_leader`` is :meth:`app.controller.controller.Controller.is_leader`; ``clock`` returns an
     aware UTC datetime (tests pass a fake one); ``monotonic`` (seconds) times
     :meth:`healthy`. Errors from the API are :class:`app.kube.client.ApiError`; bad Secret
     content never raises, it is replaced.
@@ -409,7 +409,7 @@ class CertSync:
         """Run the next check now instead of at the end of the interval; returns at once.
 
         The controller calls it when this replica becomes the Lease holder
-        (:meth:`app.controller.manager.Controller.on_started_leading`): the leader alone
+        (:meth:`app.controller.controller.Controller.on_started_leading`): the leader alone
         writes ``caBundle``, and until it does the API server cannot verify the webhook's
         certificate and, with ``failurePolicy: Ignore``, admits everything unchecked. A
         fresh install must not wait one ``cert_check_interval_seconds`` (30 s) for that."""

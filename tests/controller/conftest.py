@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.controller.manager import Controller
+from app.controller.controller import Controller
 from tests.controller.memory_api import MemoryAPI
 from tests.controller.support import Kubectl, Start, fast_settings
 from tests.fakeapi.server import FakeApiServer

@@ -231,7 +231,7 @@ class Kubectl:
 
 Start = Callable[..., Any]
 """The ``start`` fixture of conftest.py: ``start(identity="pod-a", **settings)`` gives a
-running :class:`~app.controller.manager.Controller`."""
+running :class:`~app.controller.controller.Controller`."""
 
 
 def converged(api: Any, key: str, ips: list[str]) -> Callable[[], bool]:
@@ -241,7 +241,7 @@ def converged(api: Any, key: str, ips: list[str]) -> Callable[[], bool]:
 
 
 class QueueAdds:
-    """Counts the keys a :class:`~app.controller.manager.Controller`'s event handlers put
+    """Counts the keys a :class:`~app.controller.controller.Controller`'s event handlers put
     on its work queue from now on (a spy on ``controller.queue.add``)."""
 
     def __init__(self, controller: Any) -> None:

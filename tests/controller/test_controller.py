@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.controller.cache import KINDS, ClusterCache
-from app.controller.manager import Controller
+from app.controller.controller import Controller
 from app.telemetry import metrics
 from tests.controller.memory_api import MemoryAPI
 from tests.controller.support import (

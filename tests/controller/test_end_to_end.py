@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.controller.manager import Controller
+from app.controller.controller import Controller
 from app.telemetry.metrics import CONTROLLER, REGISTRY
 from tests.controller.support import (
     CASE,

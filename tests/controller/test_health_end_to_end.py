@@ -19,7 +19,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from app.controller.manager import Controller
+from app.controller.controller import Controller
 from app.telemetry.metrics import REGISTRY
 from tests.controller.support import node, service, wait_until
 from tests.fakeapi.server import FakeApiServer

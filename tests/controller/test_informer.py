@@ -344,7 +344,7 @@ def pod_informer(
     """The Controller's Pod informer (``host_pod_view``) on ``api``, started and synced."""
     from functools import partial
 
-    from app.controller.manager import host_pod_view
+    from app.controller.controller import host_pod_view
 
     cache, recorder = CountingCache(), Recorder()
     informer = Informer(kind="pods", api=api, cache=cache, handler=recorder, page_size=3,

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from app.controller.cache import ClusterCache
+from app.controller.controller import Controller
 from app.controller.events import EventRecorder
 from app.controller.informer import object_key
-from app.controller.manager import Controller
 from app.controller.reconciler import Reconciler
 from app.core.hazards import KUBE_PROXY_IPVS, Hazard
 from app.core.kubeproxy import ipvs_hazard

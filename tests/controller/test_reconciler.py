@@ -11,7 +11,7 @@ from app.controller.cache import ClusterCache
 from app.controller.events import EventRecorder
 from app.controller.informer import object_key
 from app.controller.reconciler import ENDPOINT_GRACE_SECONDS, Reconciler
-from app.core.health import NO_HEALTH
+from app.core.nodehealth import NO_HEALTH
 from app.core.options import SelectionSettings
 from app.core.views import endpoint_slice_view, node_view, service_view
 from app.kube.client import ApiError

@@ -27,7 +27,7 @@ from app.core.decision import (
     Snapshot,
     selection_key,
 )
-from app.core.health import NO_UNHEALTHY
+from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import select
 from app.core.options import SelectionSettings

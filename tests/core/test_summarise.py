@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.core.health import NO_UNHEALTHY
+from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import Summary, select, summarise
 from app.core.options import SelectionSettings

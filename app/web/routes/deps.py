@@ -18,7 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from app.config import ADMISSION_BODY_LIMIT, Settings
 from app.core.decision import Decider
 from app.core.hazards import Hazard
-from app.core.health import NO_UNHEALTHY
+from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.options import SelectionSettings
 from app.core.ports import PortLookup
@@ -53,7 +53,7 @@ class CacheLike(PortLookup, Protocol):
 
 
 class ControllerLike(Protocol):
-    """What the app drives of :class:`app.controller.manager.Controller`."""
+    """What the app drives of :class:`app.controller.controller.Controller`."""
 
     @property
     def cache(self) -> CacheLike: ...

@@ -1,4 +1,4 @@
-"""docs/design.md §4.11: the health-check rule with a fake clock (app/core/health.py).
+"""docs/design.md §4.11: the health-check rule with a fake clock (app/core/nodehealth.py).
 
 The thresholds and hysteresis (N failures in a row to leave, M passes in a row to come
 back), the most-fail rule (more than the fraction unhealthy at once: keep the last set),
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.health import NO_HEALTH, HealthPolicy, HealthTable
+from app.core.nodehealth import NO_HEALTH, HealthPolicy, HealthTable
 
 NODES = [f"n{i}" for i in range(10)]
 

@@ -3,7 +3,7 @@
 What: :class:`NodeHealthProber` runs one daemon thread (``node-health-prober``) with its own
 asyncio event loop. Every ``period`` seconds it asks for the Nodes to probe (name → address),
 sends one ``GET /healthz`` to each on kube-proxy's health port (10256), and records each
-answer into a :class:`~app.core.health.HealthTable`, whose pure rule (failure / success
+answer into a :class:`~app.core.nodehealth.HealthTable`, whose pure rule (failure / success
 thresholds, the most-fail hold) decides which Nodes count as unhealthy; the names whose
 effective state changed go to ``on_change`` (the controller re-selects what depends on
 them). Only the Lease holder probes (``is_leader`` is asked at each round's start; a new
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import h11
 import orjson
 
-from app.core.health import HealthTable, HealthView
+from app.core.nodehealth import HealthTable, HealthView
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
 

@@ -6,7 +6,7 @@ every node and stops sending to one that fails. KEP-3836 made kube-proxy's ``/he
 200 only when it has synced its rules within its health timeout and the node is eligible
 (not being deleted, no ``ToBeDeletedByClusterAutoscaler`` taint), else 503
 (``pkg/proxy/healthcheck/proxy_health.go``). With ``node-health-check`` on, the Lease holder
-probes it on every Node (:mod:`app.controller.healthprober`) and records each answer here.
+probes it on every Node (:mod:`app.controller.nodeprober`) and records each answer here.
 
 The rule, as cloud load balancers and Kubernetes probes state it (``failureThreshold`` /
 ``successThreshold``; AWS NLB ``UnhealthyThresholdCount`` / ``HealthyThresholdCount``):

@@ -1,4 +1,4 @@
-"""The node health prober (app/controller/healthprober.py) against real local servers.
+"""The node health prober (app/controller/nodeprober.py) against real local servers.
 
 Every server here is an asyncio server on its own thread (ephemeral ports on 127.0.0.1,
 127.0.0.2 and ::1), answering as its test says; each is closed, its connections with it,
@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 import pytest
 
-from app.controller.healthprober import MAX_RESPONSE_BYTES, NodeHealthProber, probe
-from app.core.health import HealthPolicy, HealthTable
+from app.controller.nodeprober import MAX_RESPONSE_BYTES, NodeHealthProber, probe
+from app.core.nodehealth import HealthPolicy, HealthTable
 from app.telemetry import metrics
 from tests.controller.support import free_port, wait_until
 

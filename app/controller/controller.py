@@ -23,9 +23,9 @@ from typing import Any
 from app.config import Settings
 from app.controller.cache import Change, ClusterCache, service_key
 from app.controller.events import EventRecorder
-from app.controller.healthprober import NodeHealthProber
 from app.controller.informer import Informer
 from app.controller.leader import LeaderElector
+from app.controller.nodeprober import NodeHealthProber
 from app.controller.reconciler import Reconciler
 from app.controller.triggers import (
     services_for_endpoint_slice_changes,
@@ -35,8 +35,8 @@ from app.controller.triggers import (
 from app.controller.workqueue import WorkQueue
 from app.core import ciliumkpr
 from app.core.hazards import KUBE_PROXY_IPVS, Hazard, concerning
-from app.core.health import NO_HEALTH, HealthPolicy, HealthTable, HealthView, probe_targets
 from app.core.kubeproxy import CONFIG_MAP, ipvs_hazard, proxy_mode
+from app.core.nodehealth import NO_HEALTH, HealthPolicy, HealthTable, HealthView, probe_targets
 from app.core.nodeipam import is_managed
 from app.core.ports import held_ports, pod_ports, stored_vip_ips
 from app.core.views import (
@@ -299,7 +299,7 @@ class Controller:
 
     def health_view(self) -> HealthView:
         """The nodes failing their health checks as last decided (docs/design.md §4.11);
-        :data:`~app.core.health.NO_HEALTH` with ``node_health_check`` off."""
+        :data:`~app.core.nodehealth.NO_HEALTH` with ``node_health_check`` off."""
         return NO_HEALTH if self.health is None else self.health.table.view
 
     def _on_health_change(self, names: frozenset[str]) -> None:
