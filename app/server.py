@@ -288,7 +288,7 @@ def _bind(host: str, port: int, *, flags: str, backlog: int = 2048) -> socket.so
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on an accepted connection only when the
     # socket's proto says TCP (base_events._set_nodelay), and uvicorn writes a response's
     # head and body in two sends; with Nagle on, the body waited for the client's delayed
-    # ACK (40 ms on Linux) on every kept-alive request: admission p50 ~45 ms at 20/s.
+    # ACK (40 ms on Linux) on every kept-alive request (bench/README.md, admission).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -343,9 +343,9 @@ def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
             _, app, config = build(settings, workdir=Path(workdir), connection=connection)
             # Everything imported and built so far lives as long as the process: out of
             # the cyclic GC's reach, a full collection no longer walks those ~80,000
-            # objects. Full collections during the first Lists paused every thread up to
-            # 69 ms (75 ms at 5,000 Nodes in-process; 23 ms frozen), the webhook's p99
-            # during a cold start among them (bench/bench_peer.py's admission prober).
+            # objects. Full collections during the first Lists paused every thread for
+            # tens of ms, the webhook's p99 during a cold start among them
+            # (bench/bench_peer.py's admission prober; figures in bench/README.md).
             gc.freeze()
             if health_socket is not None:
                 probes = start_health_probes(

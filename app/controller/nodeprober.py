@@ -30,14 +30,10 @@ Costs: threads: 1 (addresses are IP literals: no resolver thread); connections: 
 ``concurrency`` at once (one descriptor each); probes started: at most ``max_rate`` per
 second, so with many Nodes a round lasts ``len(targets) / max_rate`` seconds and the
 period stretches to that; memory: O(Nodes) for the table, O(``concurrency``) in flight
-(at most that many probe tasks exist at once). CPU, measured by ``bench/bench_health.py``
-(2026-12-03, 2 x AMD EPYC, Python 3.11, one round of 5,000 Nodes at the defaults against a
-healthz server on loopback in another process): 2.0-2.5 s of the prober's process CPU per
-round (400-500 µs per probe; load average 0.5-4.8), i.e. 20-25% of one core at a 10 s
-period. On loopback the kernel's TCP work for both ends of each connection is charged to
-the prober, so across a real network it should be less. The same round through one shared
-``httpx.AsyncClient`` (no keep-alive: every Node is another host; its cheapest use) took
-7.7-10.6 s, 3.9-4.8x as much, hence h11 directly. Only the Lease holder pays this.
+(at most that many probe tasks exist at once); CPU: linear in the Nodes probed, h11 over
+asyncio streams rather than an HTTP client library, which costs several times as much per
+probe when every Node is another host (``bench/bench_health.py``; figures in
+bench/README.md §10). Only the Lease holder pays this.
 """
 
 from __future__ import annotations

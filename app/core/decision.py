@@ -250,7 +250,7 @@ SHARED_FIELDS = tuple(
 ``externalTrafficPolicy: Local`` Service, so such a Service is keyed by its own name and
 slices too; the ownership fields are read by port ownership only. A per-Service field here
 would key every shared Outcome apart (each Service its own ``select`` and its own ingress
-list: +3 s CPU, +54 MB at a 10,000-Service cold start, bench/README.md)."""
+list: seconds of CPU and tens of MB more at a 10,000-Service cold start, bench/README.md)."""
 
 
 def selection_key(service: ServiceView) -> tuple[Any, ...]:

@@ -29,7 +29,7 @@ MAX_MEMOISED_SELECTORS = 4096
 """Bound on the number of selectors memoised by one index, whatever they match: a
 selector matching no Node costs no positions but its key and entry (~700 bytes), so
 without it distinct never-matching selectors (dry-run creates reach the webhook) would
-pile up until the next Node change (issue 14). The oldest are dropped first."""
+pile up until the next Node change (docs/design.md §7.1). The oldest are dropped first."""
 MAX_MEMOISED_REQUIREMENTS = 64
 """Selectors with more requirements are matched every time, never memoised: a key that
 large would pin its requirements, and compiled matching costs them nothing per Node

@@ -140,7 +140,8 @@ def create_app(
 
 def _add_docs(app: FastAPI) -> None:
     """``/openapi.json``, ``/docs`` (Swagger UI) and ``/redoc``, protected like preview:
-    with ``--auth kubernetes`` they need a token allowed to ``get`` the path (issue 14)."""
+    with ``--auth kubernetes`` they need a token allowed to ``get`` the path
+    (docs/design.md §7.1)."""
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[Protected])
     def openapi() -> JSONResponse:

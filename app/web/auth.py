@@ -8,14 +8,14 @@ does not cost two API calls per request, keyed by the SHA-256 of the token (neve
 itself), in caches bounded by entries (oldest dropped first; rejected tokens in their own
 cache, so a flood of random tokens cannot push out the good ones). At most
 ``max_in_flight`` reviews are outstanding at once; beyond that a request gets 503 at once
-instead of holding a thread (issue 14). 401 for a missing or rejected token, 403 for a
+instead of holding a thread (docs/design.md §7.1). 401 for a missing or rejected token, 403 for a
 denial.
 
 This module holds the caching and the decision only: the two requests go through the
 client layer, :class:`app.kube.client.ReviewAPI` (``KubernetesAPI`` in ``serve``), as raw JSON.
 
 The check comes in two parts so that the web layer answers on its event loop whatever
-needs no API call (issue 14: a flood of random tokens is ~650 rejections a second, each a
+needs no API call (docs/design.md §7.1: a flood of random tokens is ~650 rejections a second, each a
 thread-pool hop otherwise): :meth:`KubernetesAuthorizer.begin` decides from the caches
 (no token, a rejected token, a cached decision) or takes a review slot (503 when none is
 free) and returns a :class:`PendingReview`, whose :meth:`~PendingReview.run` sends the

@@ -25,7 +25,7 @@ The hand-over: kube-apiserver reads webhook configurations through an informer, 
 when idle, seconds on a loaded control plane). A replica that switched to a certificate of
 a rotated CA right after the patch was measured being called by a kube-apiserver that
 still trusted only the old CA: the handshake failed and, with ``failurePolicy: Ignore``,
-a malformed selector was admitted (tests/cluster, CI of 2026-12-03). The old certificate
+a malformed selector was admitted (seen on tests/cluster). The old certificate
 stays valid and trusted through the overlap, so nothing is lost by serving it a little
 longer; a replica with no usable certificate (first start, expired or expiring within the
 hand-over, or one ``caBundle`` no longer trusts, as after an unusable Secret was replaced)

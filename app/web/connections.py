@@ -10,7 +10,7 @@ for each request head, an idle timeout.
   connection must deliver a complete request head within ``head_timeout`` seconds of
   being opened or of its previous response; otherwise it is aborted. uvicorn's own
   keep-alive timeout stops at the first byte received, so a client sending one header
-  byte every few seconds would hold its connection forever (issue 14).
+  byte every few seconds would hold its connection forever (docs/design.md §7.1).
 - The idle timeout is uvicorn's ``timeout_keep_alive``, set in :mod:`app.server`.
 """
 

@@ -6,7 +6,7 @@ kubelet probe never queues behind webhook work. This is the same: a
 :class:`http.server.ThreadingHTTPServer` (stdlib) on its own thread, answering with the
 checks of the main port's async routes (:func:`app.web.routes.health.liveness`,
 :func:`~app.web.routes.health.readiness`: flag reads, safe from any thread). Under the
-hostile loads of issue 14 the main port's event loop is busy decoding TLS and answering
+hostile loads of docs/design.md §7.1 the main port's event loop is busy decoding TLS and answering
 rejections; this listener needs only the GIL for a few hundred microseconds per probe
 (bench/README.md, ``bench_hostile``).
 

@@ -143,7 +143,7 @@ async def require_access(request: Request, state: State) -> None:
     """Bearer-token check for preview and ``/metrics``: decided on the event loop from
     the authorizer's caches (no token, a rejected token, a cached decision), in a thread
     only to send a TokenReview/SubjectAccessReview (:meth:`app.web.auth.Authorizer.begin`;
-    issue 14: a flood of random tokens must not cost a thread-pool hop per rejection).
+    docs/design.md §7.1: a flood of random tokens must not cost a thread-pool hop per rejection).
     When every review slot is taken, the request waits on the loop, holding no thread, up
     to :data:`ACCESS_REVIEW_WAIT_SECONDS` for one to end, then gets 503: a flood of new
     tokens is answered at most once per connection and wait, not as fast as it is sent.

@@ -2,7 +2,7 @@
 
 ``/healthz`` and ``/readyz`` are ``async``: they only read flags (thread liveness, the
 cache's synced flag, timestamps), so they run on the event loop and are never queued
-behind work in a thread pool (issue 14: a sync route waited 30 s behind heavy reviews).
+behind work in a thread pool (docs/design.md §7.1: a sync route waited 30 s behind heavy reviews).
 The checks themselves, :func:`liveness` and :func:`readiness`, are plain functions that
 the health-probe listener (:mod:`app.web.healthprobe`, its own thread) answers with too.
 """
