@@ -787,31 +787,6 @@ def claims(
     return addresses - lost if lost else addresses
 
 
-def claims_from_candidates(
-    candidates_of: Callable[[ServiceView], Iterable[str]],
-    *,
-    ports: PortLookup,
-    node_of: Callable[[str], str | None],
-    policy: PortPolicy,
-) -> Callable[[ServiceView], AbstractSet[str]]:
-    """The ``claims_of`` of :func:`decide` for a caller that knows the other Services'
-    candidate addresses (``candidates_of``, ``select``'s ingress IPs; for a Service whose
-    selector does not parse, its stored addresses): :func:`claims` of them, memoised per
-    Service for the life of the returned function (one decision, one snapshot)."""
-    memo: dict[tuple[str, str], frozenset[str]] = {}
-
-    def claims_of(other: ServiceView) -> frozenset[str]:
-        key = (other.namespace, other.name)
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = claims(
-                other, candidates_of(other), ports=ports, node_of=node_of, policy=policy
-            )
-        return found
-
-    return claims_of
-
-
 class _Contest:
     """The competition between managed Services on one decision's addresses (rules 2 and
     3 of the module docstring), for the Service ``decided``: per address, one greedy pass
@@ -907,8 +882,7 @@ def decide(
         claims_of: another managed Service's claims: :func:`claims` of its candidate
             addresses (``select``'s ingress IPs on the same Node snapshot; for a Service
             whose selector does not parse, its stored addresses, which stay published).
-            A caller that knows candidates only wraps them with
-            :func:`claims_from_candidates`; the reconciler memoises its own.
+            :class:`app.core.decision.Decider` gives them from its memo.
         node_of: the Node name of an address (``None``: no Node has it).
         policy: the administrator's rules.
 
