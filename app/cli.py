@@ -165,6 +165,13 @@ def preview(
             help="Nodes without an ExternalIP contribute their InternalIP",
         ),
     ] = None,
+    ignore_exclude_lb: Annotated[
+        bool | None,
+        typer.Option(
+            "--ignore-exclude-lb/--no-ignore-exclude-lb",
+            help="Publish nodes labelled exclude-from-external-load-balancers too",
+        ),
+    ] = None,
     exclude_not_ready_nodes: Annotated[
         bool | None,
         typer.Option(
@@ -204,6 +211,7 @@ def preview(
         "match_node_labels_annotation": match_node_labels_annotation,
         "per_node_address_fallback": per_node_address_fallback,
         "exclude_not_ready_nodes": exclude_not_ready_nodes,
+        "ignore_exclude_lb": ignore_exclude_lb,
         "not_ready_grace_seconds": not_ready_grace_seconds,
         "ip_mode": ip_mode,
         "reserved_node_ports": reserved_node_ports,
@@ -310,6 +318,13 @@ def serve(
         _flag(
             "Nodes without an ExternalIP contribute their InternalIP",
             "--per-node-address-fallback/--no-per-node-address-fallback",
+        ),
+    ] = None,
+    ignore_exclude_lb: Annotated[
+        bool | None,
+        _flag(
+            "Publish nodes labelled exclude-from-external-load-balancers too",
+            "--ignore-exclude-lb/--no-ignore-exclude-lb",
         ),
     ] = None,
     exclude_not_ready_nodes: Annotated[

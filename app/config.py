@@ -72,6 +72,7 @@ class SelectionConfig(BaseSettings):
     match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
     per_node_address_fallback: bool = False
     exclude_not_ready_nodes: bool = False
+    ignore_exclude_lb: bool = False
     not_ready_grace_seconds: float = Field(default=60.0, ge=0, le=DAY_SECONDS)
     ip_mode: IPMode = "VIP"
     # Port ownership (docs/design.md §4.9).
@@ -97,6 +98,7 @@ class SelectionConfig(BaseSettings):
             match_node_labels_annotation=self.match_node_labels_annotation,
             per_node_address_fallback=self.per_node_address_fallback,
             exclude_not_ready_nodes=self.exclude_not_ready_nodes,
+            ignore_exclude_lb=self.ignore_exclude_lb,
             not_ready_grace_seconds=self.not_ready_grace_seconds,
             ip_mode=self.ip_mode,
             reserved_node_ports=self.reserved_node_ports,

@@ -153,7 +153,9 @@ class Controller:
                         max_unhealthy_fraction=settings.node_health_check_max_unhealthy_fraction,
                     )
                 ),
-                targets=lambda: probe_targets(self.cache.nodes()),
+                targets=lambda: probe_targets(
+                    self.cache.nodes(), ignore_exclude_lb=self._selection.ignore_exclude_lb
+                ),
                 port=settings.node_health_check_port,
                 period=settings.node_health_check_period_seconds,
                 timeout=settings.node_health_check_timeout_seconds,

@@ -179,15 +179,15 @@ class HealthTable:
         return [f"{n}: {self._nodes[n].detail}" for n in failed[:limit]]
 
 
-def probe_targets(nodes: Iterable[NodeView]) -> dict[str, str]:
+def probe_targets(nodes: Iterable[NodeView], *, ignore_exclude_lb: bool = False) -> dict[str, str]:
     """Node name -> the address to probe: its first InternalIP, else its first ExternalIP
     (API order; the address the cluster's own traffic reaches, as a cloud load balancer's
     health check uses the instance's private address). Nodes no Service can get (being
-    deleted, excluded by label or autoscaler taint: KEP-3458) and Nodes without an address
-    are not probed."""
+    deleted, excluded by label unless ``ignore_exclude_lb``, or autoscaler taint: KEP-3458)
+    and Nodes without an address are not probed."""
     targets: dict[str, str] = {}
     for node in nodes:
-        if node.predicate is not None:
+        if node.predicate_for(ignore_exclude_lb) is not None:
             continue
         entries = node.internal_entries or node.external_entries
         if entries:

@@ -237,6 +237,7 @@ def _filter_nodes(
     matched: Sequence[int],
     ready_names: frozenset[str] | None,
     verdicts: list[NodeVerdict | None],
+    ignore_label: bool,
 ) -> tuple[list[int], list[NodeView], int]:
     """docs/design.md §4.2-§4.3: KEP-3458 predicates and eTP=Local endpoints, applied to the
     ``matched`` positions of ``nodes`` (those the selector matches, §4.1, from
@@ -250,7 +251,7 @@ def _filter_nodes(
     eligible = 0
     for i in matched:
         node = nodes[i]
-        predicate = node.predicate
+        predicate = node.predicate_for(ignore_label)
         if predicate is not None:
             verdicts[i] = node.verdict_cache.get(predicate) or new_verdict(node, predicate)
             continue
@@ -365,6 +366,7 @@ def select(
         matched=matching,
         ready_names=_ready_node_names(service, endpoint_slices) if local else None,
         verdicts=verdicts,
+        ignore_label=settings.ignore_exclude_lb,
     )
     warnings.extend(
         f"Node {n.name}: ignored status.addresses that are not IP addresses:"
@@ -423,15 +425,16 @@ def summarise(
         return None
     families = _families(service, ignored)
     wanted = FAMILY_BIT[families[0]] | (FAMILY_BIT[families[1]] if len(families) > 1 else 0)
+    ignore_label = settings.ignore_exclude_lb
     node_list = nodes.nodes
     matching = nodes.matching(selector)
     if service.external_traffic_policy == LOCAL:
         ready = nodes.positions(_ready_node_names(service, endpoint_slices))
         if selector is not None:
             ready = [i for i in ready if _contains(matching, i)]
-        positions = [i for i in ready if node_list[i].predicate is None]
+        positions = [i for i in ready if node_list[i].predicate_for(ignore_label) is None]
     else:
-        positions = [i for i in matching if node_list[i].predicate is None]
+        positions = [i for i in matching if node_list[i].predicate_for(ignore_label) is None]
     candidates = [node_list[i] for i in positions]
     verdicts: list[NodeVerdict | None] = [None] * len(candidates)
     ingress, selected, recheck_at = _advertise(

@@ -56,6 +56,11 @@ class SelectionSettings:
     match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
     per_node_address_fallback: bool = False
     exclude_not_ready_nodes: bool = False
+    ignore_exclude_lb: bool = False
+    """Publish nodes labelled ``node.kubernetes.io/exclude-from-external-load-balancers``
+    too (MetalLB's ``ignore-exclude-lb``; KEP-3458 and Cilium honour the label, so the
+    default is false): for single-node and control-plane-only clusters, whose only nodes
+    kubeadm and Talos label so."""
     not_ready_grace_seconds: float = 60.0
     ip_mode: str = "VIP"
     # Port ownership (docs/design.md §4.9): text as the flags take it, parsed into ``ports``.

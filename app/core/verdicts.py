@@ -49,7 +49,10 @@ class NodeVerdict:
 _STATIC_REASONS = {
     SELECTOR_MISMATCH: "labels do not match the node selector",
     DELETING: "being deleted (metadata.deletionTimestamp is set)",
-    EXCLUDED_BY_LABEL: f"has label {EXCLUDE_FROM_LB_LABEL} (excludes whatever its value)",
+    EXCLUDED_BY_LABEL: (
+        f"has label {EXCLUDE_FROM_LB_LABEL} (excludes whatever its value;"
+        " setting ignore-exclude-lb publishes such nodes too)"
+    ),
     AUTOSCALER_TAINTED: f"has taint {AUTOSCALER_TAINT} (the cluster autoscaler is removing it)",
     NO_READY_ENDPOINT: (
         "externalTrafficPolicy is Local and no ready endpoint of the Service is on this node"

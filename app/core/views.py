@@ -125,7 +125,9 @@ class NodeView:
 
     Derived fields (not init arguments): ``predicate`` is the first KEP-3458 predicate
     that drops the node (``"Deleting"``, ``"ExcludedByLabel"``, ``"AutoscalerTaint"``) or
-    ``None``; ``external_families`` / ``internal_families`` are bit masks (IPv4=1, IPv6=2)
+    ``None``, ``predicate_unlabelled`` the same when the exclusion label is ignored
+    (setting ``ignore-exclude-lb``: :meth:`predicate_for`); ``external_families`` /
+    ``internal_families`` are bit masks (IPv4=1, IPv6=2)
     of the families the node has ExternalIPs / InternalIPs of, and ``external_entries`` /
     ``internal_entries`` those addresses as ``(family bit, integer value, text)``, in API
     order, each address once (two spellings of one address collapse). ``verdict_cache`` memoises
@@ -142,6 +144,7 @@ class NodeView:
     ready: bool | None
     ready_since: float | None
     predicate: str | None = field(init=False, compare=False, repr=False)
+    predicate_unlabelled: str | None = field(init=False, compare=False, repr=False)
     external_families: int = field(init=False, compare=False, repr=False)
     internal_families: int = field(init=False, compare=False, repr=False)
     external_entries: tuple[tuple[int, int, str], ...] = field(
@@ -154,6 +157,12 @@ class NodeView:
         init=False, compare=False, repr=False, default_factory=dict
     )
 
+    def predicate_for(self, ignore_exclude_lb: bool) -> str | None:
+        """The KEP-3458 predicate that drops this node (``None``: none does); with
+        ``ignore_exclude_lb`` (setting ``ignore-exclude-lb``) the exclusion label is not
+        one."""
+        return self.predicate_unlabelled if ignore_exclude_lb else self.predicate
+
     def __post_init__(self) -> None:
         predicate = None
         if self.deleting:
@@ -165,6 +174,10 @@ class NodeView:
         external = _entries(self.addresses, "ExternalIP")
         internal = _entries(self.addresses, "InternalIP")
         object.__setattr__(self, "predicate", predicate)
+        unlabelled = predicate
+        if predicate == EXCLUDED_BY_LABEL:
+            unlabelled = AUTOSCALER_TAINTED if AUTOSCALER_TAINT in self.taint_keys else None
+        object.__setattr__(self, "predicate_unlabelled", unlabelled)
         object.__setattr__(self, "external_entries", external)
         object.__setattr__(self, "internal_entries", internal)
         object.__setattr__(self, "external_families", _mask(external))

@@ -167,3 +167,20 @@ def test_a_break_in_the_middle_of_a_round_removes_nobody() -> None:
         "n0: GET http://n0:10256/healthz: HTTP 503",
         "n1: GET http://n1:10256/healthz: HTTP 503",
     ]
+
+
+def test_probe_targets_leave_out_what_no_service_can_get_unless_the_label_is_ignored() -> None:
+    """KEP-3458 nodes are not probed; with ignore-exclude-lb a labelled node is a candidate,
+    so it is probed (its first InternalIP), while a node being deleted still is not."""
+    from app.core.nodehealth import probe_targets
+    from tests.core.builders import node
+
+    label = {"node.kubernetes.io/exclude-from-external-load-balancers": ""}
+    nodes = [
+        node("w1", internal=["10.0.0.1"], external=["198.51.100.1"]),
+        node("cp", internal=["10.0.0.9"], labels=label),
+        node("gone", internal=["10.0.0.8"], deleting=True),
+        node("bare"),
+    ]
+    assert probe_targets(nodes) == {"w1": "10.0.0.1"}
+    assert probe_targets(nodes, ignore_exclude_lb=True) == {"w1": "10.0.0.1", "cp": "10.0.0.9"}

@@ -89,6 +89,35 @@ CASES = [
         codes={"cp": "ExcludedByLabel"},
     ),
     Case(
+        "single control-plane node: pending by default (KEP-3458, Cilium)",
+        [node("cp", internal=["10.0.0.9"], labels={EXCLUDE: ""})],
+        ips=[],
+        codes={"cp": "ExcludedByLabel"},
+    ),
+    Case(
+        "single control-plane node: served with ignore-exclude-lb",
+        [node("cp", internal=["10.0.0.9"], labels={EXCLUDE: ""})],
+        settings={"ignore_exclude_lb": True},
+        ips=["10.0.0.9"],
+        codes={"cp": "Selected"},
+    ),
+    Case(
+        "ignore-exclude-lb still drops a labelled node being deleted or autoscaled away",
+        [
+            node("gone", internal=["10.0.0.8"], labels={EXCLUDE: ""}, deleting=True),
+            node(
+                "scaling",
+                internal=["10.0.0.9"],
+                labels={EXCLUDE: ""},
+                taints=[{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}],
+            ),
+            W1,
+        ],
+        settings={"ignore_exclude_lb": True},
+        ips=["10.0.0.1"],
+        codes={"gone": "Deleting", "scaling": "AutoscalerTaint"},
+    ),
+    Case(
         "autoscaler taint excludes by key whatever its value and effect",
         [
             node(

@@ -254,7 +254,7 @@ def test_values_name_every_serve_flag_and_nothing_else() -> None:
     assert result.returncode == 0, result.stderr
     flags = set(re.findall(r"--(?:no-)?([a-z][a-z0-9-]+)", result.stdout)) - {"help"}
     assert set(values["settings"]) == flags
-    fields = {chart_schema.flag(f) for f in Settings.model_fields} - {"cilium-compat-fanout"}
+    fields = {chart_schema.flag(f) for f in Settings.model_fields}
     assert set(values["settings"]) == fields
 
 
