@@ -185,6 +185,9 @@ class Outcome:
             ingress=kept,
             reason=reason,
             empty_note=None if kept else reason,
+            # A Service with no address hides no node by the ExternalIP preference.
+            hidden_note=self.hidden_note if kept else None,
+            hidden=self.hidden if kept else 0,
             code=code,
             selected=len(nodes - {None}),
             ips=frozenset(e["ip"] for e in kept),

@@ -218,7 +218,10 @@ class Holder:
         if self.kind == "Reserved":
             return "reserved for the node itself (setting reserved-node-ports)"
         if self.kind == "Namespace":
-            return "the namespace is not in the setting allowed-namespaces"
+            return (
+                f"namespace {self.namespace} is not in the setting allowed-namespaces"
+                f" ({self.detail})"
+            )
         if self.kind == "Limit":
             return (
                 f"the status would record more than {MAX_PORT_RECORDS} ports (its ports x"
@@ -274,11 +277,18 @@ class Ownership:
     code: str | None = None
 
     def empty_reason(self) -> str:
-        """The reason of a Service that keeps no address: ``every address is taken:
-        <note>``, or the namespace rule."""
+        """The reason of a Service that keeps no address, naming what decided it and one
+        thing its author can do: ``every address is taken: <note>; use another port, or a
+        node selector that avoids the holders' nodes``, or the namespace rule with the
+        allowed namespaces."""
         if self.code == NAMESPACE_NOT_ALLOWED:
-            return "the namespace may not get node addresses (setting allowed-namespaces)"
-        return f"every address is taken: {self.note()}"
+            return f"{self.note()}: an administrator adds the namespace there to publish it"
+        if any(c.holder.kind == "Limit" for c in self.conflicts):
+            return f"no address published: {self.note()}"
+        return (
+            f"every address is taken: {self.note()}; use another port, or a node selector"
+            " that avoids the holders' nodes"
+        )
 
     def note(self, limit: int = 5) -> str:
         """One sentence per conflict (at most ``limit``, then "and N more"), joined by
@@ -464,6 +474,8 @@ def stale_ingress(service: ServiceView, *, ours: bool) -> str | None:
     return None
 
 
+NAMESPACES_SHOWN = 5
+"""Allowed namespaces a ``NamespaceNotAllowed`` reason lists before "and N more"."""
 MAX_PORT_RECORDS = 8192
 """Most ``PortStatus`` records a Service's ingress may hold (its ports x its addresses,
 ~35 bytes each in the status: at most ~290 KB, well inside etcd's 1.5 MiB request limit).
@@ -724,7 +736,11 @@ def blocks(
     me = (service.namespace, service.name)
     conflicts: list[Conflict] = []
     if policy.namespaces is not None and service.namespace not in policy.namespaces:
-        return frozenset(addresses), [Conflict("", 0, Holder("Namespace"))]
+        allowed = ", ".join(sorted(policy.namespaces)[:NAMESPACES_SHOWN])
+        if len(policy.namespaces) > NAMESPACES_SHOWN:
+            allowed += f" and {len(policy.namespaces) - NAMESPACES_SHOWN} more"
+        holder = Holder("Namespace", service.namespace, detail=allowed or "empty")
+        return frozenset(addresses), [Conflict("", 0, holder)]
     everywhere = False
     lost: set[str] = set()
     wanted = set(addresses)

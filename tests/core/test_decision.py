@@ -339,3 +339,26 @@ def test_the_one_decision_module_is_where_select_meets_port_ownership() -> None:
             if attribute and isinstance(found.value, ast.Name) and found.value.id == "ports":
                 users.append(str(path.relative_to(app)))
     assert users == ["core/decision.py"], users
+
+
+def test_a_service_that_loses_every_address_gets_no_external_ip_preference_note() -> None:
+    """ExternalIPPreferred says which eligible nodes are hidden behind others' ExternalIPs;
+    a Service port ownership leaves without any address publishes none of them, so the
+    note would send its author after the wrong cause (issue 37)."""
+    from app.core.ports import Conflict, Holder, Ownership
+
+    nodes = NodeIndex(
+        [
+            node("a", internal=["10.0.0.1"], external=["198.51.100.1"]),
+            node("b", internal=["10.0.0.2"]),
+        ]
+    )
+    outcome = Decider(SETTINGS).outcome(service(), snap(nodes))
+    assert outcome.hidden == 1 and outcome.hidden_note is not None
+    holder = Holder("Service", "team-a", "alpha")
+    taken = Ownership(
+        frozenset({"198.51.100.1"}), (Conflict("TCP", 80, holder, ("198.51.100.1",)),), "PortInUse"
+    )
+    after = outcome.after_ports(taken, nodes.node_of)
+    assert after.ingress == () and after.code == "PortInUse"
+    assert after.hidden == 0 and after.hidden_note is None

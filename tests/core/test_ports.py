@@ -185,6 +185,22 @@ def test_a_namespace_outside_allowed_namespaces_gets_nothing() -> None:
     assert denied.ingress == () and denied.code == "NamespaceNotAllowed"
     assert {v.code for v in denied.nodes} == {"NamespaceNotAllowed"}
     assert kept(svc("web", 80, namespace="prod"), settings=settings) == BOTH
+    # The reason names the namespace, the setting's value and what to do (issue 37).
+    assert denied.reason == (
+        "namespace dev is not in the setting allowed-namespaces (edge, prod): an"
+        " administrator adds the namespace there to publish it"
+    )
+
+
+def test_a_service_that_keeps_no_address_says_what_its_author_can_do() -> None:
+    settings = SelectionSettings()
+    alpha = svc("alpha", 80, namespace="team-a", created=NOW - 3600, ingress=BOTH)
+    web = svc("web", 80, namespace="team-b")
+    lost = _owned(web, index_of(alpha, web, settings=settings), settings)
+    assert lost.ingress == () and lost.reason == (
+        "every address is taken: TCP/80 on 10.0.0.1, 10.0.0.2: owned by Service team-a/alpha;"
+        " use another port, or a node selector that avoids the holders' nodes"
+    )
 
 
 def test_a_denied_namespace_does_not_take_ports_from_an_allowed_one() -> None:

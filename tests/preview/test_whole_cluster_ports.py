@@ -94,7 +94,8 @@ def live(fake_api: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> FakeApiSer
 # -- Services of other namespaces ----------------------------------------------------------
 
 OWNED_BY_ALPHA = (
-    "every address is taken: TCP/80 on 10.0.0.1, 10.0.0.2: owned by Service team-a/alpha"
+    "every address is taken: TCP/80 on 10.0.0.1, 10.0.0.2: owned by Service team-a/alpha;"
+    " use another port, or a node selector that avoids the holders' nodes"
 )
 
 
