@@ -85,4 +85,5 @@ def test_kubectl_runs_it_as_the_node_ipam_plugin(live: FakeApiServer) -> None:
     # Alone it would get 10.89.0.7; previewed by name it still meets the Service that
     # owns TCP/80 there (docs/design.md §4.9), as the controller would.
     assert (row["NAME"], row["EXTERNAL-IP"], row["CHANGE"]) == ("nginx-one-node", "<pending>", "no")
-    assert "TCP/80 on 10.89.0.7: owned by Service default/nginx-cluster; use another port" in row["REASON"]
+    taken = "TCP/80 on 10.89.0.7: owned by Service default/nginx-cluster; use another port"
+    assert taken in row["REASON"]
