@@ -23,6 +23,7 @@ from typing import Any
 from app.config import Settings
 from app.controller.cache import Change, ClusterCache, service_key
 from app.controller.events import EventRecorder
+from app.controller.healthrecord import RECORD_SUFFIX, LeaseHealthRecord
 from app.controller.informer import Informer
 from app.controller.leader import LeaderElector
 from app.controller.nodeprober import NodeHealthProber
@@ -161,6 +162,13 @@ class Controller:
                 timeout=settings.node_health_check_timeout_seconds,
                 is_leader=lambda: self._writes and self.is_leader() and self.cache.synced,
                 on_change=self._on_health_change,
+                record=LeaseHealthRecord(
+                    api=self._api,
+                    namespace=settings.leader_election_namespace,
+                    name=settings.leader_election_id + RECORD_SUFFIX,
+                    identity=identity,
+                    wall_clock=wall_clock,
+                ),
             )
         self.reconciler = Reconciler(
             cache=self.cache,

@@ -46,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import h11
 import orjson
@@ -257,6 +258,19 @@ class RoundStats:
     finished: float
 
 
+class HealthRecord(Protocol):
+    """Where the Lease holder's effective health decision is kept across leader changes
+    (:class:`app.controller.healthrecord.LeaseHealthRecord`)."""
+
+    def load(self) -> Mapping[str, str] | None:
+        """The recorded ``{node name: why}``; ``None`` when it cannot be read now."""
+        ...
+
+    def save(self, unhealthy: Mapping[str, str]) -> bool:
+        """Record ``unhealthy``; ``False`` when the write failed (tried again next round)."""
+        ...
+
+
 class NodeHealthProber:
     """Probes kube-proxy's ``/healthz`` on every Node from one thread (module docstring).
 
@@ -278,6 +292,11 @@ class NodeHealthProber:
             exception from it is logged and the thread goes on.
         monotonic: the clock (seconds) for ``evaluate``, :meth:`healthy` and
             :class:`RoundStats`; pacing and the period use the event loop's clock.
+        record: where the Lease holder keeps its effective decision for the next one
+            and for the other replicas (docs/design.md §4.11, "Across a leader change"):
+            written when it changed, read by a replica that does not lead at each round
+            (its view, for preview and admission) and taken over by one that starts to
+            lead (:meth:`HealthTable.seed`); ``None``: kept in memory only.
 
     Raises:
         ValueError: a non-positive ``period``, ``timeout``, ``concurrency`` or ``max_rate``.
@@ -296,6 +315,7 @@ class NodeHealthProber:
         is_leader: Callable[[], bool],
         on_change: Callable[[frozenset[str]], None],
         monotonic: Callable[[], float] = time.monotonic,
+        record: HealthRecord | None = None,
     ) -> None:
         if period <= 0 or timeout <= 0 or concurrency < 1 or max_rate <= 0:
             raise ValueError("period, timeout, concurrency and max_rate must be positive")
@@ -309,6 +329,9 @@ class NodeHealthProber:
         self.is_leader = is_leader
         self.on_change = on_change
         self.monotonic = monotonic
+        self.record = record
+        self._led = False
+        self._saved: Mapping[str, str] | None = None
         self.last_round: RoundStats | None = None
         """The last finished round (``None`` before the first): replaced, never mutated."""
         self._target_count = 0
@@ -419,15 +442,34 @@ class NodeHealthProber:
         started = self.monotonic()
         failures = 0
         leader = self.is_leader()
+        before = self.table.view
+        if not leader and self.record is not None:
+            await self._follow()
+        elif leader and not self._led and self.record is not None:
+            # A new term: the previous holder's decision until our probes say otherwise
+            # (what a follower last read is already the view the first reconciles use).
+            recorded = await asyncio.to_thread(self.record.load)
+            self.table.seed(before.unhealthy if recorded is None else recorded)
+            self._saved = recorded
+        self._led = leader
         targets: dict[str, str] = dict(self.targets()) if leader else {}
         self._target_count = count = len(targets)
-        self.table.retain(targets)
+        if leader or self.record is None:
+            self.table.retain(targets)
         if targets:
             failures = await self._probe_all(targets)
-        before = self.table.view
         now = self.monotonic()
-        changed = self.table.evaluate(now)
+        if leader or self.record is None:
+            self.table.evaluate(now)
         after = self.table.view
+        changed = frozenset(before.unhealthy.keys() ^ after.unhealthy.keys())
+        dirty = leader and self.record is not None and after.unhealthy != self._saved
+        if (
+            dirty
+            and self.record is not None
+            and await asyncio.to_thread(self.record.save, after.unhealthy)
+        ):
+            self._saved = after.unhealthy
         self._progress = now
         self.last_round = RoundStats(count, now - started, failures, now)
         metrics.NODE_HEALTH_CHECKS_SUCCESS.inc(count - failures)
@@ -442,6 +484,14 @@ class NodeHealthProber:
                 self.on_change(changed)
             except Exception as err:  # documented: logged, the thread goes on
                 LOG.exception("node health on_change failed: %s", err)
+
+    async def _follow(self) -> None:
+        """A replica that does not lead: its view is the Lease holder's record (kept as it
+        was when the record cannot be read)."""
+        assert self.record is not None
+        recorded = await asyncio.to_thread(self.record.load)
+        if recorded is not None:
+            self.table.mirror(recorded)
 
     async def _probe_all(self, targets: Mapping[str, str]) -> int:
         """Probe every target, at most ``concurrency`` at once and ``max_rate`` started per

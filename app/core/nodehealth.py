@@ -35,6 +35,7 @@ that change nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -172,6 +173,30 @@ class HealthTable:
         self.view = HealthView(frozen, holding, since, probed, failing)
         return frozenset(effective.keys() ^ before.unhealthy.keys())
 
+    def seed(self, unhealthy: Mapping[str, str]) -> None:
+        """Take over ``unhealthy`` (node name -> why), the previous Lease holder's
+        effective decision (docs/design.md §4.11, "Across a leader change"): each such
+        node counts as failing until ``success_threshold`` good probes in a row, as if
+        this replica had taken it out itself, and the set is the last good one the
+        most-fail rule keeps. Nodes this table already holds keep their own state. The
+        :attr:`view` becomes ``unhealthy`` at once (the same mapping object when equal)."""
+        for name, why in unhealthy.items():
+            if name not in self._nodes:
+                self._nodes[name] = _Node(healthy=False, reason=why)
+        self.mirror(unhealthy)
+        self._last_good = self.view.unhealthy
+
+    def mirror(self, unhealthy: Mapping[str, str]) -> frozenset[str]:
+        """A follower's view: ``unhealthy`` as the Lease holder last recorded it (nothing
+        probed here). Returns the names whose state changed (empty: :attr:`view` is the
+        same object as before)."""
+        before = self.view
+        if dict(before.unhealthy) == dict(unhealthy):
+            return frozenset()
+        frozen = MappingProxyType(dict(unhealthy)) if unhealthy else NO_UNHEALTHY
+        self.view = HealthView(frozen, False, None, 0, len(frozen))
+        return frozenset(before.unhealthy.keys() ^ frozen.keys())
+
     def failing_sample(self, limit: int = 3) -> list[str]:
         """Up to ``limit`` ``"<node>: <what its latest probe said>"`` of the nodes whose
         latest probe failed, by name (the hold's log line names them)."""
@@ -193,3 +218,60 @@ def probe_targets(nodes: Iterable[NodeView], *, ignore_exclude_lb: bool = False)
         if entries:
             targets[node.name] = entries[0][2]
     return targets
+
+
+HEALTH_ANNOTATION = "node-ipam-lb.io/unhealthy-nodes"
+"""The annotation of the health record (a ``coordination.k8s.io/v1`` Lease of our own)
+that holds the Lease holder's effective decision as JSON ``{node name: why}``."""
+MAX_RECORD_BYTES = 128 * 1024
+"""Largest encoded record (annotations may total 256 KiB per object); beyond, the reasons
+are dropped, then the names past it (each replica still probes on taking over)."""
+MAX_REASON_CHARS = 256
+"""Characters of a reason the record keeps."""
+
+
+def encode_unhealthy(unhealthy: Mapping[str, str]) -> str:
+    """``unhealthy`` as the record's compact JSON, in name order, each reason cut to
+    :data:`MAX_REASON_CHARS`; at most :data:`MAX_RECORD_BYTES` (reasons dropped, then
+    names left out, when larger)."""
+    items = {name: why[:MAX_REASON_CHARS] for name, why in sorted(unhealthy.items())}
+    text = json.dumps(items, separators=(",", ":"), ensure_ascii=False)
+    if len(text.encode()) <= MAX_RECORD_BYTES:
+        return text
+    bare: dict[str, str] = {}
+    size = 2
+    for name in items:
+        size += len(json.dumps(name, ensure_ascii=False).encode()) + 4
+        if size > MAX_RECORD_BYTES:
+            break
+        bare[name] = ""
+    return json.dumps(bare, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_unhealthy(text: str | None) -> dict[str, str]:
+    """The record's ``{node name: why}``; ``{}`` for ``None``. Entries that are not a
+    string name with a string reason are left out, reasons cut to
+    :data:`MAX_REASON_CHARS`; an empty reason reads ``"unhealthy (as recorded by the
+    previous Lease holder)"``.
+
+    Raises:
+        ValueError: ``text`` is longer than :data:`MAX_RECORD_BYTES` or not a JSON
+            object (someone else wrote the annotation).
+    """
+    if text is None:
+        return {}
+    if len(text.encode()) > MAX_RECORD_BYTES:
+        raise ValueError(
+            f"{HEALTH_ANNOTATION}: Too long: must have at most {MAX_RECORD_BYTES} bytes"
+        )
+    try:
+        found = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"{HEALTH_ANNOTATION}: Invalid value: not JSON: {err}") from err
+    if not isinstance(found, dict):
+        raise ValueError(f"{HEALTH_ANNOTATION}: Invalid value: must be a JSON object")
+    return {
+        name: (why[:MAX_REASON_CHARS] or "unhealthy (as recorded by the previous Lease holder)")
+        for name, why in found.items()
+        if isinstance(name, str) and name and isinstance(why, str)
+    }

@@ -667,3 +667,107 @@ def test_settings_out_of_range_are_refused(bad: dict[str, float]) -> None:
     }
     with pytest.raises(ValueError, match="must be positive"):
         NodeHealthProber(**{**kwargs, **bad})
+
+
+# -- across a leader change (docs/design.md §4.11) ---------------------------------------
+
+
+class MemoryRecord:
+    """:class:`app.controller.nodeprober.HealthRecord` in memory; ``down`` makes every
+    call fail (``None`` / ``False``), ``saves`` lists what was written."""
+
+    def __init__(self, recorded: dict[str, str] | None = None) -> None:
+        self.recorded = dict(recorded or {})
+        self.saves: list[dict[str, str]] = []
+        self.loads = 0
+        self.down = False
+
+    def load(self) -> dict[str, str] | None:
+        self.loads += 1
+        return None if self.down else dict(self.recorded)
+
+    def save(self, unhealthy: Any) -> bool:
+        if self.down:
+            return False
+        self.recorded = dict(unhealthy)
+        self.saves.append(dict(unhealthy))
+        return True
+
+
+def test_a_replica_not_leading_shows_the_lease_holders_record(
+    probers: Callable[..., NodeHealthProber],
+) -> None:
+    """A follower probes nothing, but its view (preview, admission) is the holder's."""
+    record = MemoryRecord({"node-a": "failed 3 kube-proxy health checks in a row"})
+    with serving(answer(200)) as server:
+        changes = Changes()
+        prober = probers(
+            targets=lambda: {"node-a": "127.0.0.1"},
+            port=server.port,
+            period=0.02,
+            is_leader=lambda: False,
+            on_change=changes,
+            record=record,
+        )
+        assert changes.event.wait(10)
+        record.recorded = {}  # the holder saw it recover
+        wait_until(lambda: prober.table.view.unhealthy == {}, what="the record followed")
+        prober.stop()
+    assert changes.calls == [frozenset({"node-a"}), frozenset({"node-a"})]
+    assert server.connections() == 0 and record.saves == []
+
+
+def test_a_new_lease_holder_keeps_what_the_last_one_took_out_until_its_own_probes_pass(
+    probers: Callable[..., NodeHealthProber],
+) -> None:
+    """The old holder took node-a out; the new one seeds it unhealthy, so it is not
+    published in between, and it comes back only after success_threshold good probes."""
+    record = MemoryRecord({"node-a": "failed 3 kube-proxy health checks in a row (old holder)"})
+    table = HealthTable(HealthPolicy(failure_threshold=3, success_threshold=2))
+    views: list[set[str]] = []
+    with serving(answer(200)) as server:
+        changes = Changes(also=lambda names: views.append(set(table.view.unhealthy)))
+        prober = probers(
+            table=table,
+            targets=lambda: {"node-a": "127.0.0.1", "node-b": "127.0.0.1"},
+            port=server.port,
+            period=0.02,
+            on_change=changes,
+            record=record,
+        )
+        wait_until(lambda: len(changes.calls) >= 2, what="taken over, then back")
+        prober.stop()
+    assert views[:2] == [{"node-a"}, set()]
+    assert server.connections() >= 2 * 2  # two rounds of two nodes before node-a is back
+    assert record.saves[-1] == {} and all(s in ({}, record.saves[0]) for s in record.saves)
+
+
+def test_the_lease_holder_writes_the_record_only_when_its_decision_changes(
+    probers: Callable[..., NodeHealthProber],
+) -> None:
+    record = MemoryRecord()
+    handlers = {"127.0.0.1": answer(200), "127.0.0.2": answer(503)}
+    with serving(by_host(handlers), hosts=tuple(handlers)) as server:
+        changes = Changes()
+        prober = probers(
+            table=HealthTable(HealthPolicy(failure_threshold=1)),
+            targets=lambda: {"node-a": "127.0.0.2", "node-b": "127.0.0.1", "node-c": "127.0.0.1"},
+            port=server.port,
+            period=0.02,
+            on_change=changes,
+            record=record,
+        )
+        assert changes.event.wait(10)
+        rounds = prober.last_round
+        wait_until(lambda: prober.last_round is not rounds, what="more rounds")
+        time.sleep(0.1)
+        record.down = True  # a failed write is tried again next round
+        handlers["127.0.0.2"] = answer(200)
+        wait_until(lambda: prober.table.view.unhealthy == {}, what="node-a back")
+        time.sleep(0.1)
+        assert record.saves[-1] != {}
+        record.down = False
+        wait_until(lambda: record.saves[-1] == {}, what="the write retried")
+        prober.stop()
+    assert [set(s) for s in record.saves] == [{"node-a"}, set()]
+    assert record.loads == 1  # once, when the term started

@@ -184,3 +184,53 @@ def test_probe_targets_leave_out_what_no_service_can_get_unless_the_label_is_ign
     ]
     assert probe_targets(nodes) == {"w1": "10.0.0.1"}
     assert probe_targets(nodes, ignore_exclude_lb=True) == {"w1": "10.0.0.1", "cp": "10.0.0.9"}
+
+
+def test_a_seeded_node_stays_out_until_success_threshold_good_probes() -> None:
+    """The previous Lease holder's decision is taken over as if made here (§4.11)."""
+    table = HealthTable(HealthPolicy(failure_threshold=3, success_threshold=2))
+    table.seed({"a": "failed 3 kube-proxy health checks in a row (the last: HTTP 503)"})
+    assert set(table.view.unhealthy) == {"a"}
+    for node in ("a", "b"):
+        table.record(node, ok=True, detail="")
+    assert table.evaluate(1.0) == frozenset() and set(table.view.unhealthy) == {"a"}
+    table.record("a", ok=True, detail="")
+    table.record("b", ok=True, detail="")
+    assert table.evaluate(2.0) == {"a"} and table.view.unhealthy == {}
+
+
+def test_a_seeded_set_is_what_the_most_fail_rule_keeps() -> None:
+    """Most nodes fail right after a leader change: the hold keeps the seeded set, not none."""
+    table = HealthTable(HealthPolicy(failure_threshold=1, max_unhealthy_fraction=0.5))
+    table.seed({"a": "failed"})
+    for node in ("a", "b", "c"):
+        table.record(node, ok=False, detail="HTTP 503")
+    table.evaluate(1.0)
+    assert table.view.holding and set(table.view.unhealthy) == {"a"}
+
+
+def test_mirror_keeps_the_view_object_while_the_record_is_the_same() -> None:
+    table = HealthTable(HealthPolicy())
+    assert table.mirror({"a": "x"}) == {"a"}
+    view = table.view
+    assert table.mirror({"a": "x"}) == frozenset() and table.view is view
+    assert table.mirror({}) == {"a"} and table.view.unhealthy == {}
+
+
+def test_the_record_round_trips_and_refuses_what_it_did_not_write() -> None:
+    from app.core.nodehealth import MAX_RECORD_BYTES, decode_unhealthy, encode_unhealthy
+
+    unhealthy = {"b": "HTTP 503", "a": "x" * 1000}
+    decoded = decode_unhealthy(encode_unhealthy(unhealthy))
+    assert decoded == {"a": "x" * 256, "b": "HTTP 503"}
+    assert decode_unhealthy(None) == {}
+    assert decode_unhealthy('{"a": 1, "b": "", "": "x"}') == {
+        "b": "unhealthy (as recorded by the previous Lease holder)"
+    }
+    for bad in ("[1]", "not json", "x" * (MAX_RECORD_BYTES + 1)):
+        with pytest.raises(ValueError, match=r"node-ipam-lb\.io/unhealthy-nodes"):
+            decode_unhealthy(bad)
+    many = {f"node-{i:05d}": "failed 3 kube-proxy health checks in a row" for i in range(5000)}
+    text = encode_unhealthy(many)
+    assert len(text.encode()) <= MAX_RECORD_BYTES
+    assert 0 < len(decode_unhealthy(text)) <= len(many)

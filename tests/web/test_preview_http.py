@@ -380,22 +380,3 @@ def test_serve_hands_the_controllers_health_view_to_preview(tmp_path: Path) -> N
         controller.health.table.record("core-1", ok=True, detail="")
     controller.health.table.evaluate(0.0)
     assert list(state.unhealthy()) == ["edge-1"]
-
-
-def test_a_follower_says_its_preview_knows_no_node_health(controller: object) -> None:
-    """docs/design.md §4.11: health lives in the leader's memory; a replica that does not
-    lead says so on every managed Service while health checks are on."""
-    settings = Settings(
-        default_lb_service_ipam="nodeipam", auth="none", review_deadline_seconds=25,
-        node_health_check=True,
-    )  # fmt: skip
-    app = create_app(settings, controller=controller, clock=lambda: 1e6)  # type: ignore[arg-type]
-    with AppClient(app) as follower_client:
-        controller.leader = False  # type: ignore[attr-defined]
-        web = follower_client.get("/preview/default/web").json()
-        controller.leader = True  # type: ignore[attr-defined]
-        leading = follower_client.get("/preview/default/web").json()
-    from app.web.routes import preview
-
-    assert preview.FOLLOWER_HEALTH_WARNING in web["warnings"]
-    assert preview.FOLLOWER_HEALTH_WARNING not in leading["warnings"]

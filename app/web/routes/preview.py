@@ -291,15 +291,6 @@ def _synced_cache(state: AppState) -> CacheLike:
     return cache
 
 
-FOLLOWER_HEALTH_WARNING = (
-    "node-health-check is on and this replica does not hold the Lease: node health is known"
-    " to the leader only (docs/design.md §4.11), so no node is Unhealthy here; ask again"
-    " (another replica may answer) or read the Lease holder's Events"
-)
-"""Added to a managed Service's preview by a replica that does not lead while health
-checks are on: its verdicts may differ from what the leader publishes."""
-
-
 def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewItem:
     """``select`` for ``service`` on the cache, then port ownership against the cache's
     port index (docs/design.md §4.9), as the reconciler decides it, with the controller's
@@ -320,14 +311,6 @@ def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewI
     hazard = state.kube_proxy_hazard(service.load_balancer_class) if selection.ingress else None
     if hazard is not None:
         item["warnings"] = [*item["warnings"], hazard.message]
-    controller = state.controller
-    if (
-        selection.managed
-        and state.settings.node_health_check
-        and controller is not None
-        and not controller.is_leader()
-    ):
-        item["warnings"] = [*item["warnings"], FOLLOWER_HEALTH_WARNING]
     return PreviewItem.model_validate(item)
 
 
