@@ -46,7 +46,7 @@ from app.controller.events import (
     EventRecorder,
     ServiceEvent,
 )
-from app.core.codes import EXTERNAL_IP_PREFERRED, NO_READY_ENDPOINT, PORT_IN_USE
+from app.core.codes import EXTERNAL_IP_PREFERRED, NO_READY_ENDPOINT, PORT_IN_USE, UNHEALTHY
 from app.core.decision import (
     SELECTION_FIELDS,
     Decider,
@@ -87,7 +87,8 @@ PORT_SLOT = "port-in-use"
 (docs/design.md §4.9); one that keeps none says it in the status outcome's slot."""
 HEALTH_SLOT = "unhealthy-nodes"
 """Recorder slot of the ``NodesUnhealthy`` Normal Event: candidates not advertised because
-they fail their health checks (docs/design.md §4.11)."""
+they fail their health checks (docs/design.md §4.11), or the ``AllNodesUnhealthy`` Warning:
+every candidate fails them, so they are advertised anyway."""
 KUBE_PROXY_SLOT = "kube-proxy-ipvs"
 """Recorder slot of the datapath hazard's Warning of a Service that gets addresses:
 ``KubeProxyIPVS`` while kube-proxy runs in ipvs mode and ``ip-mode`` is VIP (docs/design.md
@@ -284,7 +285,7 @@ class Reconciler:
         self.states.record(
             key,
             metrics.ASSIGNED if outcome.ingress else metrics.PENDING,
-            "" if outcome.ingress else outcome.code,
+            (UNHEALTHY if outcome.all_unhealthy_note else "") if outcome.ingress else outcome.code,
             selected=outcome.selected,
             hidden=outcome.hidden,
             unhealthy=outcome.unhealthy,
@@ -449,7 +450,11 @@ class Reconciler:
             namespace,
             name,
             slot=HEALTH_SLOT,
-            event=_normal("NodesUnhealthy", outcome.unhealthy_note),
+            event=(
+                _warning("AllNodesUnhealthy", outcome.all_unhealthy_note)
+                if outcome.all_unhealthy_note
+                else _normal("NodesUnhealthy", outcome.unhealthy_note)
+            ),
             uid=uid,
             record_only=not wrote,
         )

@@ -124,6 +124,19 @@ def unhealthy_note(names: Sequence[str]) -> str | None:
     )
 
 
+def all_unhealthy_note(names: Sequence[str]) -> str | None:
+    """The ``AllNodesUnhealthy`` Warning's note, or ``None``: every candidate with an
+    address fails its health checks, so they are advertised anyway (docs/design.md §4.11:
+    health never empties a list by itself). ``names``: those nodes."""
+    if not names:
+        return None
+    return (
+        f"every candidate node fails its kube-proxy health checks: {name_list(names)}; they"
+        " are advertised anyway (health checks never empty the list); check kube-proxy on"
+        " those nodes, or the network between them and the Lease holder"
+    )
+
+
 def hidden_nodes(selection: Selection) -> list[str]:
     """Names of the Nodes ``selection`` hides by the global ExternalIP preference."""
     return [v.name for v in selection.nodes if v.code == EXTERNAL_IP_PREFERRED]
@@ -140,8 +153,10 @@ class Outcome:
     ``ips`` holds the ingress addresses (the candidates port ownership competes with);
     ``port_note`` says which were not published and why (docs/design.md §4.9);
     ``unhealthy`` counts the candidates health checks keep out and ``unhealthy_note``
-    names them (§4.11); ``dropped`` holds the verdict codes of the Nodes of an outcome that
-    selects none (what admission's cluster-state warnings read), else it is empty."""
+    names them (§4.11), ``all_unhealthy_note`` the nodes advertised although every
+    candidate fails its health checks (the ``AllNodesUnhealthy`` Warning); ``dropped``
+    holds the verdict codes of the Nodes of an outcome that selects none (what admission's
+    cluster-state warnings read), else it is empty."""
 
     ingress: tuple[dict[str, Any], ...] | None
     error: str | None
@@ -157,6 +172,7 @@ class Outcome:
     unhealthy: int = 0
     unhealthy_note: str | None = None
     dropped: frozenset[str] = frozenset()
+    all_unhealthy_note: str | None = None
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -188,6 +204,7 @@ class Outcome:
             # A Service with no address hides no node by the ExternalIP preference.
             hidden_note=self.hidden_note if kept else None,
             hidden=self.hidden if kept else 0,
+            all_unhealthy_note=self.all_unhealthy_note if kept else None,
             code=code,
             selected=len(nodes - {None}),
             ips=frozenset(e["ip"] for e in kept),
@@ -235,6 +252,7 @@ class Outcome:
             ips=frozenset(e["ip"] for e in summary.ingress),
             unhealthy=len(summary.unhealthy),
             unhealthy_note=unhealthy_note(summary.unhealthy),
+            all_unhealthy_note=all_unhealthy_note(summary.advertised_unhealthy),
         )
 
 

@@ -137,6 +137,9 @@ class Summary:
     hidden: tuple[str, ...]
     advertised: int
     unhealthy: tuple[str, ...] = ()
+    advertised_unhealthy: tuple[str, ...] = ()
+    """Nodes advertised although they fail their health checks: every candidate with an
+    address does, and health never empties a list by itself (§4.11)."""
 
 
 def is_managed(service: ServiceView, settings: SelectionSettings) -> tuple[bool, str]:
@@ -464,7 +467,16 @@ def summarise(
         if unhealthy
         else ()
     )
-    return Summary(tuple(ingress), reason, recheck_at, hidden, selected, failing)
+    anyway = (
+        tuple(
+            node.name
+            for node, verdict in zip(candidates, verdicts, strict=True)
+            if verdict is not None and verdict.selected and node.name in unhealthy
+        )
+        if unhealthy and not failing
+        else ()
+    )
+    return Summary(tuple(ingress), reason, recheck_at, hidden, selected, failing, anyway)
 
 
 def _contains(ascending: Sequence[int], value: int) -> bool:

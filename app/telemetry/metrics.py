@@ -362,7 +362,8 @@ class ServiceStateCollector:
         services = GaugeMetricFamily(
             "node_ipam_lb_services",
             "Managed Services by the outcome of their last reconcile on this leader: state"
-            " assigned, pending (reason: the step of docs/design.md §4 that emptied the list,"
+            " assigned (reason Unhealthy: advertised although every candidate fails its"
+            " health checks), pending (reason: the step of docs/design.md §4 that emptied the list,"
             " preview's code), invalid_selector, unreconciled (managed, not reconciled yet"
             " in this leadership term). No samples on a replica that does not lead.",
             labels=["state", "reason"],
@@ -378,6 +379,8 @@ class ServiceStateCollector:
         if counts is not None and nodes is not None:
             for state in (ASSIGNED, INVALID_SELECTOR, UNRECONCILED):
                 services.add_metric([state, ""], counts.get((state, ""), 0))
+            # Assigned although every candidate fails its health checks (§4.11).
+            services.add_metric([ASSIGNED, UNHEALTHY], counts.get((ASSIGNED, UNHEALTHY), 0))
             for reason in self._pending:
                 services.add_metric([PENDING, reason], counts.get((PENDING, reason), 0))
             for verdict, value in zip(NODE_VERDICTS, nodes, strict=True):

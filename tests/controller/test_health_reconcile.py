@@ -78,6 +78,28 @@ def test_health_never_empties_a_service_by_itself() -> None:
     assert "NodesUnhealthy" not in world.reasons()
 
 
+def test_a_service_whose_every_candidate_fails_gets_a_warning_and_is_counted() -> None:
+    """Advertised anyway (never empty for health alone), but not silently: a Warning Event
+    naming the nodes and node_ipam_lb_services{state="assigned", reason="Unhealthy"}."""
+    world = world_of_three()
+    table = HealthTable(HealthPolicy(failure_threshold=1, max_unhealthy_fraction=1.0))
+    world.apply("services", service("edge", selector="kubernetes.io/hostname=worker-3"))
+    world.reconciler.states.set_managed("default/edge", True)
+    fail(table, "worker-3")
+    world.health = table.view
+    world.reconcile("default/edge")
+    assert world.api.ingress("default/edge") == ["10.0.0.3"]
+    event = world.api.events[-1]
+    assert (event["type"], event["reason"]) == ("Warning", "AllNodesUnhealthy")
+    note = event.get("note") or event.get("message")
+    assert note.startswith("every candidate node fails its kube-proxy health checks: worker-3")
+    assert world.reconciler.states.snapshot()[0][("assigned", "Unhealthy")] == 1
+    fail(table, rounds=2)  # it recovers (success threshold 2): plainly assigned again
+    world.health = table.view
+    world.reconcile("default/edge")
+    assert world.reconciler.states.snapshot()[0].get(("assigned", "Unhealthy"), 0) == 0
+
+
 def test_services_sharing_a_selection_see_a_new_health_view_at_once() -> None:
     """Cluster Services with equal selection inputs share one Outcome per Node snapshot and
     health view; the second Service must not reuse the Outcome of the old view."""

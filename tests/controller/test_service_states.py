@@ -144,11 +144,13 @@ def test_every_state_and_pending_reason_is_a_series_from_the_start() -> None:
     text = scrape(tracker)
     assert 'node_ipam_lb_services{reason="",state="unreconciled"} 1.0' in text
     assert 'node_ipam_lb_services{reason="",state="assigned"} 0.0' in text
+    # Assigned although every candidate fails its health checks (docs/design.md §4.11).
+    assert 'node_ipam_lb_services{reason="Unhealthy",state="assigned"} 0.0' in text
     for code in PENDING_CODES:
         assert f'node_ipam_lb_services{{reason="{code}",state="pending"}} 0.0' in text
     assert 'node_ipam_lb_service_nodes{verdict="Selected"} 0.0' in text
     samples = [line for line in text.splitlines() if line.startswith("node_ipam_lb_services{")]
-    assert len(samples) == 3 + len(PENDING_CODES)  # bounded: no Service name in any label
+    assert len(samples) == 4 + len(PENDING_CODES)  # bounded: no Service name in any label
 
 
 def test_a_replica_that_does_not_lead_exports_no_samples() -> None:

@@ -52,8 +52,16 @@ def expected(
     failing = tuple(v.name for v in selection.nodes if v.code == "Unhealthy")
     assert selection.code == "Assigned"
     advertised = sum(v.selected for v in selection.nodes)
+    # Advertised although failing: the Selected nodes health checks would keep out.
+    anyway = tuple(v.name for v in selection.nodes if v.selected and v.name in unhealthy)
     return Summary(
-        selection.ingress, selection.reason, selection.recheck_at, hidden, advertised, failing
+        selection.ingress,
+        selection.reason,
+        selection.recheck_at,
+        hidden,
+        advertised,
+        failing,
+        anyway,
     )
 
 
