@@ -273,6 +273,16 @@ DumpSource = Callable[[], Dump]
 """Produces the objects to preview (files, or the live cluster); raises :class:`DumpError`."""
 
 
+LIVE_SETTINGS_WARNING = (
+    "Warning: decided with this command's settings (its flags and NODE_IPAM_* variables,"
+    " else the defaults), which may differ from the running controller's, and without node"
+    " health: the controller's own answer is its REST /preview (deploy/README.md, \"Preview"
+    ' in a cluster")'
+)
+"""Said by the live preview when it shows a managed Service: it cannot know the running
+controller's settings nor the Lease holder's node-health view (docs/design.md §8)."""
+
+
 def run_preview(
     *,
     paths: Sequence[str],
@@ -353,6 +363,10 @@ def run_preview(
                 file=stderr,
             )
     failed = bool(missing)
+    if source is not None and any(
+        scope.wanted(svc) and is_managed(svc, selection_settings)[0] for svc in views.services
+    ):
+        print(LIVE_SETTINGS_WARNING, file=stderr)
     selections = preview_dump(
         views, settings=selection_settings, now=time.time() if now is None else now, scope=scope
     )
