@@ -165,6 +165,12 @@ def preview(
             help="Nodes without an ExternalIP contribute their InternalIP",
         ),
     ] = None,
+    address_types: Annotated[
+        str | None,
+        typer.Option(
+            help="Node addresses published: ExternalIP, InternalIP or ExternalIP,InternalIP"
+        ),
+    ] = None,
     ignore_exclude_lb: Annotated[
         bool | None,
         typer.Option(
@@ -212,6 +218,7 @@ def preview(
         "per_node_address_fallback": per_node_address_fallback,
         "exclude_not_ready_nodes": exclude_not_ready_nodes,
         "ignore_exclude_lb": ignore_exclude_lb,
+        "address_types": address_types,
         "not_ready_grace_seconds": not_ready_grace_seconds,
         "ip_mode": ip_mode,
         "reserved_node_ports": reserved_node_ports,
@@ -319,6 +326,10 @@ def serve(
             "Nodes without an ExternalIP contribute their InternalIP",
             "--per-node-address-fallback/--no-per-node-address-fallback",
         ),
+    ] = None,
+    address_types: Annotated[
+        str | None,
+        _flag("Node addresses published: ExternalIP, InternalIP or ExternalIP,InternalIP"),
     ] = None,
     ignore_exclude_lb: Annotated[
         bool | None,

@@ -71,6 +71,7 @@ class SelectionConfig(BaseSettings):
     default_lb_service_ipam: DefaultLBServiceIPAM = "lbipam"
     match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
     per_node_address_fallback: bool = False
+    address_types: str = "ExternalIP"
     exclude_not_ready_nodes: bool = False
     ignore_exclude_lb: bool = False
     not_ready_grace_seconds: float = Field(default=60.0, ge=0, le=DAY_SECONDS)
@@ -97,6 +98,7 @@ class SelectionConfig(BaseSettings):
             default_lb_service_ipam=self.default_lb_service_ipam,
             match_node_labels_annotation=self.match_node_labels_annotation,
             per_node_address_fallback=self.per_node_address_fallback,
+            address_types=self.address_types,
             exclude_not_ready_nodes=self.exclude_not_ready_nodes,
             ignore_exclude_lb=self.ignore_exclude_lb,
             not_ready_grace_seconds=self.not_ready_grace_seconds,

@@ -35,7 +35,7 @@ from app.core.codes import (
 )
 from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex, node_index
-from app.core.options import SelectionSettings
+from app.core.options import BOTH_ADDRESS_TYPES, EXTERNAL_IP, INTERNAL_IP, SelectionSettings
 from app.core.ports import (
     Ownership,
 )
@@ -276,13 +276,18 @@ def _addresses(
     verdicts: list[NodeVerdict | None],
     wanted: int,
     fallback: bool,
+    types: str = EXTERNAL_IP,
 ) -> tuple[dict[int, str], dict[int, str], int, int]:
     """docs/design.md §4.4: pick addresses of ``candidates``, fill their verdict slots.
+    ``types`` is setting ``address-types``: ``ExternalIP`` (Cilium's global preference,
+    or per node with ``fallback``), ``InternalIP`` or ``ExternalIP,InternalIP`` (both).
 
     Returns IPv4 and IPv6 maps ``integer value → canonical text`` (so two spellings of one
     address collapse), the number of nodes hidden by the global ExternalIP preference and
     the number of nodes advertised.
     """
+    if types != EXTERNAL_IP:
+        return _typed_addresses(indices, candidates, verdicts, wanted, types)
     use_external = not fallback and any(n.external_families & wanted for n in candidates)
     v4: dict[int, str] = {}
     v6: dict[int, str] = {}
@@ -306,6 +311,38 @@ def _addresses(
                         v6[value] = ip
         verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
     return v4, v6, hidden, selected
+
+
+def _typed_addresses(
+    indices: list[int],
+    candidates: list[NodeView],
+    verdicts: list[NodeVerdict | None],
+    wanted: int,
+    types: str,
+) -> tuple[dict[int, str], dict[int, str], int, int]:
+    """:func:`_addresses` for ``address-types`` ``InternalIP`` or ``ExternalIP,InternalIP``:
+    each candidate's addresses of those types and of a wanted family, no preference, so
+    nothing is hidden."""
+    both = types == BOTH_ADDRESS_TYPES
+    v4: dict[int, str] = {}
+    v6: dict[int, str] = {}
+    selected = 0
+    for idx, node in zip(indices, candidates, strict=True):
+        families = node.internal_families | (node.external_families if both else 0)
+        if not families & wanted:
+            key: VerdictKey = (NO_ADDRESS_OF_FAMILY, wanted)
+        else:
+            selected += 1
+            entries = (*node.external_entries, *node.internal_entries) if both else ()
+            key = (SELECTED, types if both else INTERNAL_IP, wanted)
+            for bit, value, ip in entries or node.internal_entries:
+                if bit & wanted:
+                    if bit == 1:
+                        v4[value] = ip
+                    else:
+                        v6[value] = ip
+        verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
+    return v4, v6, 0, selected
 
 
 def select(
@@ -521,7 +558,12 @@ def _advertise(
             indices, candidates = [i for i, _ in kept], [n for _, n in kept]
     fallback = settings.per_node_address_fallback
     v4, v6, hidden, selected = _addresses(
-        indices=indices, candidates=candidates, verdicts=verdicts, wanted=wanted, fallback=fallback
+        indices=indices,
+        candidates=candidates,
+        verdicts=verdicts,
+        wanted=wanted,
+        fallback=fallback,
+        types=settings.address_types,
     )
     if failing and not (v4 or v6):
         warnings.append(
@@ -532,7 +574,7 @@ def _advertise(
         indices, candidates = [i for i, _ in merged], [n for _, n in merged]
         v4, v6, hidden, selected = _addresses(
             indices=indices, candidates=candidates, verdicts=verdicts, wanted=wanted,
-            fallback=fallback,
+            fallback=fallback, types=settings.address_types,
         )  # fmt: skip
     else:
         for idx, node in failing:
@@ -546,7 +588,7 @@ def _advertise(
         merged = sorted([*zip(indices, candidates, strict=True), *not_ready])
         v4, v6, hidden, selected = _addresses(
             indices=[i for i, _ in merged], candidates=[n for _, n in merged],
-            verdicts=verdicts, wanted=wanted, fallback=fallback,
+            verdicts=verdicts, wanted=wanted, fallback=fallback, types=settings.address_types,
         )  # fmt: skip
     else:
         key = (NOT_READY, settings.not_ready_grace_seconds)

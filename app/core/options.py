@@ -21,6 +21,7 @@ from app.core.selector import qualified_name_errors
 from app.core.views import MATCH_NODE_LABELS_ANNOTATION
 
 __all__ = [
+    "ADDRESS_TYPES",
     "DEFAULT_LB_SERVICE_IPAM_VALUES",
     "DEFAULT_RESERVED_NODE_PORTS",
     "LOAD_BALANCER_CLASS",
@@ -31,6 +32,28 @@ __all__ = [
 ]
 
 LOAD_BALANCER_CLASS = "io.cilium/node"
+EXTERNAL_IP = "ExternalIP"
+INTERNAL_IP = "InternalIP"
+BOTH_ADDRESS_TYPES = "ExternalIP,InternalIP"
+ADDRESS_TYPES = (EXTERNAL_IP, INTERNAL_IP, BOTH_ADDRESS_TYPES)
+"""The values of setting ``address-types`` (normalised by :func:`normal_address_types`)."""
+
+
+def normal_address_types(text: str) -> str:
+    """Setting ``address-types`` normalised: ``ExternalIP``, ``InternalIP`` or
+    ``ExternalIP,InternalIP`` (either order, spaces allowed, each type once).
+
+    Raises:
+        ValueError: another value (naming the setting and the supported values).
+    """
+    parts = sorted({part.strip() for part in text.split(",")})
+    if parts in ([EXTERNAL_IP], [INTERNAL_IP], [EXTERNAL_IP, INTERNAL_IP]):
+        return ",".join(parts)
+    raise ValueError(
+        f"address-types: Unsupported value: {text!r}: supported values: {', '.join(ADDRESS_TYPES)}"
+    )
+
+
 DEFAULT_LB_SERVICE_IPAM_VALUES = ("lbipam", "nodeipam", "none")
 DefaultLBServiceIPAM = Literal["lbipam", "nodeipam", "none"]
 IPMode = Literal["VIP", "Proxy"]
@@ -55,6 +78,12 @@ class SelectionSettings:
     default_lb_service_ipam: str = "lbipam"
     match_node_labels_annotation: str = MATCH_NODE_LABELS_ANNOTATION
     per_node_address_fallback: bool = False
+    address_types: str = EXTERNAL_IP
+    """Which node addresses are published (docs/design.md §4.4): ``ExternalIP`` (Cilium's
+    global preference: ExternalIPs when a candidate has one, else InternalIPs),
+    ``InternalIP`` (InternalIPs only) or ``ExternalIP,InternalIP`` (both, for nodes behind
+    a 1:1 NAT: the public address for clients and DNS, the one the packets carry after
+    the NAT for kube-proxy)."""
     exclude_not_ready_nodes: bool = False
     ignore_exclude_lb: bool = False
     """Publish nodes labelled ``node.kubernetes.io/exclude-from-external-load-balancers``
@@ -85,6 +114,13 @@ class SelectionSettings:
             raise ValueError(
                 f"default-lb-service-ipam: Unsupported value: {self.default_lb_service_ipam!r}:"
                 f" supported values: {', '.join(DEFAULT_LB_SERVICE_IPAM_VALUES)}"
+            )
+        types = normal_address_types(self.address_types)
+        object.__setattr__(self, "address_types", types)
+        if self.per_node_address_fallback and types != EXTERNAL_IP:
+            raise ValueError(
+                "per-node-address-fallback: Forbidden: applies to address-types ExternalIP"
+                f" only (address-types is {types})"
             )
         if self.ip_mode not in ("VIP", "Proxy"):
             raise ValueError(

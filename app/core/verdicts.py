@@ -81,7 +81,12 @@ def new_verdict(node: NodeView, key: VerdictKey) -> NodeVerdict:
     )
     if code == SELECTED:
         kind, mask = arg
-        entries = node.external_entries if kind == "ExternalIP" else node.internal_entries
+        if kind == "ExternalIP":
+            entries = node.external_entries
+        elif kind == "InternalIP":
+            entries = node.internal_entries
+        else:  # address-types ExternalIP,InternalIP
+            entries = (*node.external_entries, *node.internal_entries)
         ips = [ip for bit, _, ip in entries if bit & mask]
         reason = f"advertised: {kind} {', '.join(ips)}{invalid}"
     elif code == NOT_READY:

@@ -132,3 +132,27 @@ def test_selector_on_unmanaged_service_is_not_parsed_but_warned() -> None:
 def test_unknown_default_lb_service_ipam_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="default-lb-service-ipam: Unsupported value"):
         SelectionSettings(default_lb_service_ipam=bad)
+
+
+@pytest.mark.parametrize(
+    ("given", "normal"),
+    [
+        ("ExternalIP", "ExternalIP"),
+        ("InternalIP", "InternalIP"),
+        ("InternalIP,ExternalIP", "ExternalIP,InternalIP"),
+        (" ExternalIP , InternalIP ", "ExternalIP,InternalIP"),
+    ],
+)
+def test_address_types_are_normalised(given: str, normal: str) -> None:
+    assert SelectionSettings(address_types=given).address_types == normal
+
+
+@pytest.mark.parametrize("bad", ["externalip", "Hostname", "", "ExternalIP,,InternalIP"])
+def test_unknown_address_types_are_refused_naming_the_setting(bad: str) -> None:
+    with pytest.raises(ValueError, match="address-types: Unsupported value"):
+        SelectionSettings(address_types=bad)
+
+
+def test_per_node_address_fallback_needs_the_external_ip_preference() -> None:
+    with pytest.raises(ValueError, match="per-node-address-fallback: Forbidden"):
+        SelectionSettings(address_types="InternalIP", per_node_address_fallback=True)

@@ -231,6 +231,27 @@ CASES = [
         ips=["10.0.0.1"],
     ),
     Case(
+        "address-types InternalIP: InternalIPs only, nothing hidden by a neighbour's ExternalIP",
+        [node("pub", internal=["10.0.0.1"], external=["203.0.113.1"]), W2],
+        settings={"address_types": "InternalIP"},
+        ips=["10.0.0.1", "10.0.0.2"],
+        codes={"pub": "Selected", "w2": "Selected"},
+    ),
+    Case(
+        "address-types InternalIP: a node with only an ExternalIP has no address of the family",
+        [node("pub", external=["203.0.113.1"]), W2],
+        settings={"address_types": "InternalIP"},
+        ips=["10.0.0.2"],
+        codes={"pub": "NoAddressOfFamily"},
+    ),
+    Case(
+        "address-types both (1:1 NAT): the public and the internal address of each node",
+        [node("nat", internal=["10.0.0.1"], external=["203.0.113.1"]), W2],
+        settings={"address_types": "InternalIP, ExternalIP"},
+        ips=["10.0.0.1", "10.0.0.2", "203.0.113.1"],
+        codes={"nat": "Selected", "w2": "Selected"},
+    ),
+    Case(
         "ExternalIP preferred globally: a node with only an InternalIP is hidden",
         [node("pub", internal=["10.0.0.1"], external=["203.0.113.1"]), W2],
         ips=["203.0.113.1"],
