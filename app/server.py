@@ -202,7 +202,6 @@ def build(
         start_worker=True,
         kube_proxy_hazard=controller.kube_proxy_hazard,
         unhealthy=lambda: controller.health_view().unhealthy,
-        decider=controller.reconciler.decider,
     )
     config = uvicorn.Config(
         app,

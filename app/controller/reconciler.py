@@ -203,7 +203,7 @@ class Reconciler:
         self._lock = threading.Lock()
         self._written: dict[str, _Written] = {}
         self._errors: dict[str, str] = {}
-        self.decider = decider if decider is not None else Decider(settings)
+        self.decider = decider if decider is not None else Decider(settings, memo_local=False)
         """The decision path (:class:`~app.core.decision.Decider`; the server shares one
         with the webhook and preview)."""
         self.states = states if states is not None else metrics.ServiceStates(is_leader)

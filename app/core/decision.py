@@ -59,6 +59,10 @@ NAMES_SHOWN = 3
 """Node names a note lists before "and N more"."""
 MAX_ENTRIES = 4096
 """Outcomes a :class:`Decider` keeps per Node snapshot and health view (then it starts over)."""
+MAX_ADDRESSES = 262_144
+"""Ingress addresses the kept Outcomes of a :class:`Decider` hold at most, all entries
+together (then it starts over): a selector that matches 5,000 Nodes makes an Outcome of
+5,000 addresses, so the entry count alone would not bound memory (~0.2 KB per address)."""
 MAX_CLAIMS = 65_536
 """Rivals' port-ownership claims a :class:`Decider` keeps at most (then it starts over)."""
 MAX_SELECTOR_CHARS = 4096
@@ -153,7 +157,7 @@ class Outcome:
     ``ips`` holds the ingress addresses (the candidates port ownership competes with);
     ``port_note`` says which were not published and why (docs/design.md §4.9);
     ``unhealthy`` counts the candidates health checks keep out and ``unhealthy_note``
-    names them (§4.11), ``all_unhealthy_note`` the nodes advertised although every
+    names them (§4.11), ``unhealthy_advertised`` the nodes advertised although every
     candidate fails its health checks (the ``AllNodesUnhealthy`` Warning); ``dropped``
     holds the verdict codes of the Nodes of an outcome that selects none (what admission's
     cluster-state warnings read), else it is empty."""
@@ -172,7 +176,13 @@ class Outcome:
     unhealthy: int = 0
     unhealthy_note: str | None = None
     dropped: frozenset[str] = frozenset()
-    all_unhealthy_note: str | None = None
+    unhealthy_advertised: tuple[str, ...] = ()
+
+    @property
+    def all_unhealthy_note(self) -> str | None:
+        """The ``AllNodesUnhealthy`` Warning's note (:func:`all_unhealthy_note` of the
+        nodes advertised although every candidate fails its health checks)."""
+        return all_unhealthy_note(self.unhealthy_advertised)
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -204,7 +214,7 @@ class Outcome:
             # A Service with no address hides no node by the ExternalIP preference.
             hidden_note=self.hidden_note if kept else None,
             hidden=self.hidden if kept else 0,
-            all_unhealthy_note=self.all_unhealthy_note if kept else None,
+            unhealthy_advertised=tuple(n for n in self.unhealthy_advertised if n in nodes),
             code=code,
             selected=len(nodes - {None}),
             ips=frozenset(e["ip"] for e in kept),
@@ -252,7 +262,7 @@ class Outcome:
             ips=frozenset(e["ip"] for e in summary.ingress),
             unhealthy=len(summary.unhealthy),
             unhealthy_note=unhealthy_note(summary.unhealthy),
-            all_unhealthy_note=all_unhealthy_note(summary.advertised_unhealthy),
+            unhealthy_advertised=summary.advertised_unhealthy,
         )
 
 
@@ -315,7 +325,13 @@ class NotMemoised(LookupError):
 
 
 _ClaimEntry = tuple[
-    ServiceView, NodeIndex, int, tuple[EndpointSliceView, ...], Mapping[str, str], frozenset[str]
+    ServiceView,
+    NodeIndex,
+    int,
+    tuple[EndpointSliceView, ...],
+    Mapping[str, str],
+    frozenset[str],
+    float,
 ]
 
 
@@ -326,17 +342,29 @@ class Decider:
 
     Args:
         settings: the selection settings every decision uses.
-        max_entries: Outcomes kept per Node snapshot and health view (then cleared).
+        max_entries: Outcomes kept per Node snapshot and health view (then cleared); they
+            hold at most :data:`MAX_ADDRESSES` ingress addresses together.
+        memo_local: keep the Outcomes of ``externalTrafficPolicy: Local`` Services too
+            (each its own entry: the webhook's repeated reviews hit them); the reconciler's
+            Decider does not, so thousands of Local Services cannot evict the shared ones.
 
     Raises:
         ValueError: ``max_entries`` below 1.
     """
 
-    def __init__(self, settings: SelectionSettings, *, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(
+        self,
+        settings: SelectionSettings,
+        *,
+        max_entries: int = MAX_ENTRIES,
+        memo_local: bool = True,
+    ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries: Invalid value: {max_entries}: must be at least 1")
         self.settings = settings
         self._max = max_entries
+        self._memo_local = memo_local
+        self._addresses = 0
         self._lock = threading.Lock()
         self._nodes: object | None = None
         self._unhealthy: object | None = None
@@ -366,7 +394,9 @@ class Decider:
         """
         local = service.external_traffic_policy == "Local"
         slices = tuple(snap.endpoint_slices_of(service.namespace, service.name)) if local else ()
-        if len(service.match_node_labels or "") > MAX_SELECTOR_CHARS:
+        if len(service.match_node_labels or "") > MAX_SELECTOR_CHARS or (
+            local and not self._memo_local
+        ):
             if not compute:
                 raise NotMemoised("node selector too long to memoise")
             return self._select(service, snap, slices)
@@ -375,7 +405,7 @@ class Decider:
         with self._lock:
             if self._nodes is not snap.nodes or self._unhealthy is not snap.unhealthy:
                 self._nodes, self._unhealthy = snap.nodes, snap.unhealthy
-                self._outcomes = {}
+                self._outcomes, self._addresses = {}, 0
             found = self._outcomes.get(key)
             if found is not None:
                 outcome, since, seen = found
@@ -396,9 +426,14 @@ class Decider:
         since = now if self.settings.exclude_not_ready_nodes else -math.inf
         with self._lock:
             if self._nodes is snap.nodes and self._unhealthy is snap.unhealthy:
-                if len(self._outcomes) >= self._max:
-                    self._outcomes = {}
+                size = len(outcome.ingress or ())
+                old = self._outcomes.pop(key, None)
+                if old is not None:
+                    self._addresses -= len(old[0].ingress or ())
+                if len(self._outcomes) >= self._max or self._addresses + size > MAX_ADDRESSES:
+                    self._outcomes, self._addresses = {}, 0
                 self._outcomes[key] = (outcome, since, slices)
+                self._addresses += size
         return outcome
 
     def _select(
@@ -442,8 +477,10 @@ class Decider:
         :meth:`candidates`) on ``snap``: kept while its view, the Node snapshot, the
         port index's version, the health view and its own EndpointSlices are the same
         objects (every rival's own slices key its claims: they pick a Local Service's
-        candidates and any Service's own backends, which never block it, §4.9), so a
-        decision costs one lookup per rival; with no ``port_version``, for one decision."""
+        candidates and any Service's own backends, which never block it, §4.9) and until
+        its selection's ``recheck_at`` (a NotReady grace period that runs out changes its
+        candidates), so a decision costs one lookup per rival; with no ``port_version``,
+        for one decision."""
         ports = snap.ports
         assert ports is not None
         policy = self.settings.ports
@@ -475,19 +512,19 @@ class Decider:
                 and entry[4] is snap.unhealthy
                 and len(entry[3]) == len(slices)
                 and all(a is b for a, b in zip(entry[3], slices, strict=True))
+                and snap.now < entry[6]
             ):
                 return entry[5]
-            claimed = claims(
-                other,
-                self.candidates(other, snap, compute=compute),
-                ports=ports,
-                node_of=node_of,
-                policy=policy,
-            )
+            outcome = self.outcome(other, snap, compute=compute)
+            theirs = stored_vip_ips(other) if outcome.ingress is None else outcome.candidates
+            claimed = claims(other, theirs, ports=ports, node_of=node_of, policy=policy)
+            until = math.inf if outcome.recheck_at is None else outcome.recheck_at
             with self._lock:
                 if len(self._claims) >= MAX_CLAIMS:
                     self._claims.clear()
-                self._claims[key] = (other, snap.nodes, version, slices, snap.unhealthy, claimed)
+                self._claims[key] = (
+                    other, snap.nodes, version, slices, snap.unhealthy, claimed, until,
+                )  # fmt: skip
             return claimed
 
         return claims_of

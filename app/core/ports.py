@@ -285,10 +285,16 @@ class Ownership:
             return f"{self.note()}: an administrator adds the namespace there to publish it"
         if any(c.holder.kind == "Limit" for c in self.conflicts):
             return f"no address published: {self.note()}"
-        return (
-            f"every address is taken: {self.note()}; use another port, or a node selector"
-            " that avoids the holders' nodes"
-        )
+        if any(c.holder.kind == "Reserved" for c in self.conflicts):
+            advice = (
+                "use another port, or ask an administrator to grant it"
+                " (setting reserved-port-exceptions)"
+            )
+        elif any(not c.addresses for c in self.conflicts):
+            advice = "use another port (it is held on every node address)"
+        else:
+            advice = "use another port, or a node selector that avoids the holders' nodes"
+        return f"every address is taken: {self.note()}; {advice}"
 
     def note(self, limit: int = 5) -> str:
         """One sentence per conflict (at most ``limit``, then "and N more"), joined by

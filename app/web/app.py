@@ -73,8 +73,9 @@ def create_app(
             §4.10, §4.12); preview adds its message to the Services that get addresses.
         unhealthy: the controller's nodes failing their health checks (§4.11), node name
             -> why; preview and the webhook's warnings decide with them.
-        decider: the decision path (:class:`app.core.decision.Decider`; ``serve`` passes
-            the reconciler's, so the three share one memo); default a new one.
+        decider: the decision path (:class:`app.core.decision.Decider`) of the webhook and
+            the REST preview; default a new one, apart from the reconciler's, so that
+            reviews (a tenant's dry runs included) cannot evict what the reconciler keeps.
 
     Raises:
         ValueError: the settings do not make valid :class:`SelectionSettings`, or

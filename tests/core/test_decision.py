@@ -362,3 +362,103 @@ def test_a_service_that_loses_every_address_gets_no_external_ip_preference_note(
     after = outcome.after_ports(taken, nodes.node_of)
     assert after.ingress == () and after.code == "PortInUse"
     assert after.hidden == 0 and after.hidden_note is None
+
+
+# -- bounds and staleness found by review ------------------------------------------------
+
+
+def test_the_memo_is_bounded_by_the_addresses_its_outcomes_hold(
+    computed: list[ServiceView], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A selector matching every Node makes an Outcome of every Node's address: the entry
+    count alone would let a tenant's dry runs pin hundreds of MB at 5,000 Nodes."""
+    monkeypatch.setattr(decision, "MAX_ADDRESSES", 5)
+    decider, state = Decider(SETTINGS), snap(pool_nodes())
+    services = [service(selector=f"pool in (edge, core, x{i})") for i in range(3)]
+    for svc in services:  # two addresses each: the third would make 6 > 5
+        decider.outcome(svc, state)
+    assert len(decider) == 1 and len(computed) == 3
+    decider.outcome(services[2], state)
+    assert len(computed) == 3  # the newest is kept
+
+
+def test_the_reconcilers_decider_keeps_no_local_outcomes(computed: list[ServiceView]) -> None:
+    """Each Local Service is an entry of its own: thousands would evict the shared ones."""
+    decider = Decider(SETTINGS, memo_local=False)
+    state = snap(pool_nodes(), slices=(endpoint_slice("web", [endpoint("a")]),))
+    local = service(etp="Local")
+    first = decider.outcome(local, state)
+    assert decider.outcome(local, state) == first and len(computed) == 2 and len(decider) == 0
+    with pytest.raises(NotMemoised):
+        decider.outcome(local, state, compute=False)
+
+
+def test_a_rivals_claim_ends_when_its_not_ready_grace_period_runs_out() -> None:
+    """Rival a (older) claims n1 while n1's NotReady grace runs; once it has run out, a
+    no longer selects n1, so b, which only n1 matches, gets it: a kept claim must not
+    outlive the rival's recheck_at."""
+    from app.core.nodeipam import is_managed
+    from app.core.ports import PortIndex
+    from tests.core.ports_support import svc
+
+    settings = SelectionSettings(exclude_not_ready_nodes=True, not_ready_grace_seconds=60)
+    nodes = NodeIndex(
+        [
+            node(
+                "n1", internal=["10.0.0.1"], labels={"role": "n1"}, ready="False", ready_since=NOW
+            ),
+            node("n3", internal=["10.0.0.3"], labels={"role": "n3"}),
+        ]
+    )
+    a = svc("a", 80, created=NOW - 7200, selector="role in (n1, n3)")
+    b = svc("b", 80, created=NOW - 3600, selector="role=n1")
+    ports = PortIndex(lambda view: is_managed(view, settings)[0])
+    for one in (a, b):
+        ports.put_service(f"{one.namespace}/{one.name}", None, one)
+    decider = Decider(settings)
+
+    def at(now: float) -> Snapshot:
+        return Snapshot(nodes=nodes, now=now, ports=ports, port_version=0)
+
+    assert decider.decide(b, at(NOW + 10)).ingress == ()
+    late = decider.decide(b, at(NOW + 120)).ingress
+    assert [e["ip"] for e in late or ()] == ["10.0.0.1"]
+    assert late == Decider(settings).decide(b, at(NOW + 120)).ingress
+
+
+def test_advice_fits_the_holder() -> None:
+    """A reserved port or one held on every address: no node selector avoids it."""
+    from app.core.ports import Conflict, Holder, Ownership
+
+    reserved = Ownership(
+        frozenset({"10.0.0.1"}), (Conflict("TCP", 22, Holder("Reserved")),), "PortInUse"
+    )
+    node_port = Ownership(
+        frozenset({"10.0.0.1"}), (Conflict("TCP", 80, Holder("NodePort", "a", "b")),), "PortInUse"
+    )
+    taken = Ownership(
+        frozenset({"10.0.0.1"}),
+        (Conflict("TCP", 80, Holder("Service", "a", "b"), ("10.0.0.1",)),),
+        "PortInUse",
+    )
+    assert reserved.empty_reason().endswith(
+        "ask an administrator to grant it (setting reserved-port-exceptions)"
+    )
+    assert node_port.empty_reason().endswith("use another port (it is held on every node address)")
+    assert taken.empty_reason().endswith("a node selector that avoids the holders' nodes")
+
+
+def test_all_nodes_unhealthy_names_only_the_nodes_still_advertised() -> None:
+    from app.core.ports import Conflict, Holder, Ownership
+
+    nodes = NodeIndex([node("n1", internal=["10.0.0.1"]), node("n2", internal=["10.0.0.2"])])
+    failing = {"n1": "HTTP 503", "n2": "HTTP 503"}
+    outcome = Decider(SETTINGS).outcome(service(), snap(nodes, unhealthy=failing))
+    assert outcome.unhealthy_advertised == ("n1", "n2")
+    holder = Holder("Service", "team-a", "alpha")
+    lost = Ownership(
+        frozenset({"10.0.0.1"}), (Conflict("TCP", 80, holder, ("10.0.0.1",)),), "PortInUse"
+    )
+    after = outcome.after_ports(lost, nodes.node_of)
+    assert after.unhealthy_advertised == ("n2",)
+    assert after.all_unhealthy_note is not None and "n1" not in after.all_unhealthy_note

@@ -91,8 +91,8 @@ class AppState:
 
     ``clock`` is the wall clock (epoch seconds) passed to the selection as ``now``;
     ``decider`` is the decision path the webhook's warnings and preview decide with
-    (:class:`app.core.decision.Decider`, the controller's own when there is one: its memo
-    is shared across requests and with the reconciler); ``background`` are the
+    (:class:`app.core.decision.Decider`; its memo is kept across requests, apart from the
+    reconciler's); ``background`` are the
     tasks besides the controller that ``/healthz`` checks; ``readiness`` the conditions
     besides the synced cache that ``/readyz`` waits for; ``kube_proxy_hazard`` gives the
     controller's datapath hazard concerning a Service of that class while it holds, else
