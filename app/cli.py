@@ -494,3 +494,7 @@ def main() -> None:
     usage lines read ``kubectl node-ipam``, the command the user typed)."""
     invoked = Path(sys.argv[0]).name if sys.argv else ""
     cli(prog_name="kubectl node-ipam" if invoked.startswith(PLUGIN_SCRIPT) else None)
+
+
+if __name__ == "__main__":  # python -m app.cli, as python -m app
+    main()
