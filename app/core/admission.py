@@ -268,8 +268,11 @@ def validate(
     *,
     settings: SelectionSettings,
     snapshot: ClusterSnapshot | None,
+    publish: Callable[[Decision], None] | None = None,
 ) -> Decision:
-    """The validating webhook's decision for one request (docs/design.md §7).
+    """The validating webhook's decision for one request (docs/design.md §7): the one
+    admission pipeline the route answers with (:func:`verdict`, then
+    :func:`after_verdict`).
 
     Denies, in Kubernetes field-error form (``field.Invalid``/``field.Forbidden`` as
     apimachinery renders them; several as an aggregate ``[e1, e2]``): a malformed node
@@ -295,6 +298,9 @@ def validate(
     warnings read the verdicts of the one selection function
     (:func:`app.core.nodeipam.select`).
 
+    ``publish`` gets the verdict (allowed, before the cluster-state warnings, which the
+    route may skip for time, docs/design.md §7.1) as soon as it is known.
+
     Raises:
         ReviewError: the Service cannot be read (a field of the wrong type).
         NotMemoised: ``snapshot.memo_only`` and a cluster check is not memoised.
@@ -302,9 +308,33 @@ def validate(
     decision, subject = verdict(request, settings=settings)
     if subject is None or snapshot is None:
         return decision
+    return after_verdict(decision, subject, settings=settings, snapshot=snapshot, publish=publish)
+
+
+def after_verdict(
+    decision: Decision,
+    subject: Subject,
+    *,
+    settings: SelectionSettings,
+    snapshot: ClusterSnapshot,
+    publish: Callable[[Decision], None] | None = None,
+) -> Decision:
+    """The stages of :func:`validate` after :func:`verdict` (its ``decision`` and
+    ``subject``), for a verdict computed apart (the route's worker process decodes large
+    reviews and returns both): the node-port rule (:func:`cluster_verdict`, part of the
+    verdict), ``publish`` of the allowed verdict, then :func:`cluster_warnings`. A denied
+    ``decision`` comes back as it is.
+
+    Raises:
+        NotMemoised: ``snapshot.memo_only`` and a cluster check is not memoised.
+    """
+    if not decision.allowed:
+        return decision
     decision = cluster_verdict(decision, subject, settings=settings, snapshot=snapshot)
     if not decision.allowed:
         return decision
+    if publish is not None:
+        publish(decision)
     return with_warnings(decision, cluster_warnings(subject, settings=settings, snapshot=snapshot))
 
 

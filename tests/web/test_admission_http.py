@@ -377,3 +377,25 @@ def test_large_body_is_decided_in_the_thread_pool(client: AppClient, pool_hops: 
     bad = json.dumps({"kind": "AdmissionReview", "padding": "x" * INLINE_BODY_BYTES}).encode()
     assert post(client, "/validate", bad).status_code == 400
     assert pool_hops == ["/validate"] * 3
+
+
+def test_the_webhook_answers_with_the_core_pipeline_the_tests_call(
+    client: AppClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/validate decides through app.core.admission.validate (on the event loop and in the
+    pool alike): the core tests exercise what the webhook answers, nothing the route adds."""
+    from app.core import admission
+
+    calls: list[str] = []
+    real = admission.validate
+
+    def spy(request: Any, **kwargs: Any) -> Any:
+        calls.append(request.name)
+        return real(request, **kwargs)
+
+    monkeypatch.setattr(admission, "validate", spy)
+    for name in ("first", "second"):
+        svc = service(name=name, cls="io.cilium/node", selector="role=gpu")
+        answered = post(client, "/validate", review(svc)).json()["response"]
+        assert answered["allowed"] and answered["warnings"]
+    assert calls.count("first") >= 1 and calls.count("second") >= 1

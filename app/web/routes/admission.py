@@ -39,7 +39,8 @@ from app.core.dump import lone_surrogate, long_integer
 from app.core.options import SelectionSettings
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
-from app.web.limits import BodyBudget, Overloaded
+from app.web.limits import Overloaded
+from app.web.reviewqueue import INLINE_BODY_BYTES, Abandoned, BudgetShare, HeavySlot, Job, TooLong
 from app.web.routes.deps import (
     MAX_BODY_BYTES,
     AppState,
@@ -57,9 +58,6 @@ log = logging.getLogger("node_ipam_lb.admission")
 
 router = APIRouter(tags=["admission"])
 
-INLINE_BODY_BYTES = 64 * 1024
-"""Bodies up to this size are decoded on the event loop (a 2.5 KB review: ~50 µs); larger
-ones only in the heavy review pool, so one cannot stall the other requests."""
 INLINE_SELECTOR_CHARS = 1024
 """Node selectors up to this length are parsed on the event loop (well under 1 ms, usually
 a cache hit); longer ones in the heavy review pool."""
@@ -126,8 +124,8 @@ async def _review(request: Request, state: AppState, *, path: str) -> JSONRespon
                 " supported value: application/json"
             )
         declared = declared_length(request, limit=MAX_BODY_BYTES)
-        share = _BudgetShare(state.limits.budget, deadline)
-        slot = _HeavySlot(state.limits.heavy)
+        share = BudgetShare(state.limits.budget, deadline)
+        slot = HeavySlot(state.limits.heavy)
         try:
             if (declared or 0) > INLINE_BODY_BYTES:  # large: wait for a slot before reading
                 await slot.take(deadline)
@@ -180,61 +178,8 @@ def _rejected(path: str, started: float, *, reason: str, status: int = 400) -> J
 Answer = tuple[admission.AdmissionRequest, admission.Decision, JSONResponse]
 
 
-class _BudgetShare:
-    """A review's share of the byte budget (:class:`~app.web.limits.BodyBudget`), grown
-    as its body arrives: the first :data:`INLINE_BODY_BYTES` are free (so an ordinary
-    review never waits behind large bodies in progress; at most ``max_connections`` x
-    64 KiB in all), every byte beyond is taken before the next chunk is read. A sender
-    that declares 4 MiB and stalls holds what it sent, not what it declared
-    (docs/design.md §7.1)."""
-
-    def __init__(self, budget: BodyBudget, deadline: float) -> None:
-        self._budget = budget
-        self._deadline = deadline
-        self.held = 0
-
-    async def grow(self, received: int) -> None:
-        """Hold ``received - INLINE_BODY_BYTES`` bytes (raises Overloaded by the deadline)."""
-        needed = received - INLINE_BODY_BYTES - self.held
-        if needed > 0:
-            timeout = max(0.0, self._deadline - time.perf_counter())
-            await self._budget.acquire(needed, timeout=timeout)
-            self.held += needed
-
-    def release(self) -> None:
-        """Give back all that is held (once)."""
-        held, self.held = self.held, 0
-        if held:
-            self._budget.release(held)
-
-
-class _HeavySlot:
-    """One of the :data:`~app.web.limits.HEAVY_QUEUE` places for large reviews: taken
-    before the body is read (waiting costs nothing then: the body stays in the socket),
-    held until the review's thread is done (even past the response), given back once."""
-
-    def __init__(self, slots: BodyBudget) -> None:
-        self._slots = slots
-        self.held = False
-        self.handed_over = False
-
-    async def take(self, deadline: float) -> None:
-        if not self.held:
-            try:
-                await self._slots.acquire(1, timeout=max(0.0, deadline - time.perf_counter()))
-            except Overloaded as err:
-                raise Overloaded(f"{self._slots.capacity} large reviews are in progress") from err
-            self.held = True
-
-    def give_back(self, *, owner: bool = False) -> None:
-        """Release the slot; the route's own release is skipped once a job took it over."""
-        if self.held and (owner or not self.handed_over):
-            self.held = False
-            self._slots.release(1)
-
-
 async def _decide_off_loop_if_needed(
-    raw: bytes, state: AppState, *, path: str, deadline: float, slot: _HeavySlot
+    raw: bytes, state: AppState, *, path: str, deadline: float, slot: HeavySlot
 ) -> Answer:
     """On the event loop when the body is small, the selector short and the answer needs
     no ``select`` (a memo hit, ``/mutate``): about 0.2 ms, cheaper than a hop to a thread
@@ -244,14 +189,14 @@ async def _decide_off_loop_if_needed(
     if not heavy:
         try:
             return _answer(raw, state, path=path, memo_only=True)
-        except _TooLong:
+        except TooLong:
             heavy = True
         except NotMemoised:
             pass
     pools = state.limits.pools
     if heavy:
         await slot.take(deadline)
-    job = _Job(raw, state, path=path, loop=asyncio.get_running_loop(), heavy=heavy)
+    job = Job(raw, state, path=path, loop=asyncio.get_running_loop(), heavy=heavy)
     task = asyncio.ensure_future(
         run_in_threadpool(
             _run_job, job, executor=pools.heavy() if heavy else pools.light(), path=path
@@ -286,7 +231,7 @@ def _skipped_warning(state: AppState) -> str:
     )
 
 
-def _finished(task: asyncio.Future[Answer], *, slot: _HeavySlot) -> None:
+def _finished(task: asyncio.Future[Answer], *, slot: HeavySlot) -> None:
     slot.give_back(owner=True)
     if not task.cancelled():
         task.exception()  # retrieved: an abandoned review's error is not "never retrieved"
@@ -300,49 +245,9 @@ async def run_in_threadpool(
     return await loop.run_in_executor(executor, functools.partial(func, *args, **kwargs))
 
 
-class _TooLong(NotMemoised):
-    """The node selector is too long to parse on the event loop."""
-
-
-class _Abandoned(Exception):
-    """The route gave up on this review before it started (its deadline passed)."""
-
-
-class _Job:
-    """One review decided in a pool thread; publishes its verdict (``verdict``: the
-    request and the decision without cluster-state warnings) before those are computed."""
-
-    def __init__(
-        self,
-        raw: bytes,
-        state: AppState,
-        *,
-        path: str,
-        loop: asyncio.AbstractEventLoop,
-        heavy: bool = False,
-    ) -> None:
-        self.heavy = heavy
-        self.deadline = time.perf_counter() + state.settings.review_deadline_seconds
-        self.raw: bytes | None = raw
-        self.state = state
-        self.path = path
-        self.loop = loop
-        self.abandoned = False
-        self.verdict: asyncio.Future[tuple[admission.AdmissionRequest, admission.Decision]] = (
-            loop.create_future()
-        )
-
-    def publish(self, review: admission.AdmissionRequest, decision: admission.Decision) -> None:
-        def settle() -> None:
-            if not self.verdict.done():
-                self.verdict.set_result((review, decision))
-
-        self.loop.call_soon_threadsafe(settle)
-
-
-def _run_job(job: _Job, *, path: str) -> Answer:
+def _run_job(job: Job, *, path: str) -> Answer:
     if job.abandoned or job.raw is None:
-        raise _Abandoned("the review's deadline passed before it started")
+        raise Abandoned("the review's deadline passed before it started")
     raw, job.raw = job.raw, None
     if not job.heavy:
         return _answer(raw, job.state, path=path, memo_only=False, job=job)
@@ -356,8 +261,15 @@ def _run_job(job: _Job, *, path: str) -> Answer:
         path,
         timeout=max(0.0, job.deadline - time.perf_counter()),
     )
-    if subject is not None:
-        decision = _cluster_checks(review, decision, subject, state, memo_only=False, job=job)
+    snapshot = _snapshot(review, state, memo_only=False)
+    if subject is not None and snapshot is not None:
+        decision = admission.after_verdict(
+            decision,
+            subject,
+            settings=state.selection,
+            snapshot=snapshot,
+            publish=functools.partial(job.publish, review),
+        )
     return review, decision, JSONResponse(admission.review_response(review, decision))
 
 
@@ -388,13 +300,13 @@ def _answer(
     *,
     path: str,
     memo_only: bool,
-    job: _Job | None = None,
+    job: Job | None = None,
 ) -> Answer:
     """Decode, decide and render (the response is rendered here, so it cannot fail later).
 
     Raises:
         NotMemoised: ``memo_only`` and the decision would have to call ``select``
-            (:class:`_TooLong`: or to parse a long node selector).
+            (:class:`TooLong`: or to parse a long node selector).
     """
     review = admission.parse_review(_decode(raw))
     decision = _decide(review, state, path=path, memo_only=memo_only, job=job)
@@ -445,48 +357,29 @@ def _decide(
     *,
     path: str,
     memo_only: bool,
-    job: _Job | None = None,
+    job: Job | None = None,
 ) -> admission.Decision:
+    """The decision the route answers with: :func:`app.core.admission.mutate` or
+    :func:`app.core.admission.validate` on the live cache (when synced), the verdict
+    published to ``job`` before the cluster-state warnings (docs/design.md §7.1).
+
+    Raises:
+        NotMemoised: ``memo_only`` and the decision would have to call ``select``
+            (:class:`TooLong`: or to parse a long node selector).
+    """
     if path == "/mutate":
         return admission.mutate(review, settings=state.selection)
     settings = state.selection
     if memo_only and len(admission.node_selector(review, settings=settings) or "") > (
         INLINE_SELECTOR_CHARS
     ):
-        raise _TooLong("node selector too long to parse on the event loop")
-    decision, subject = admission.verdict(review, settings=settings)
-    if subject is None:
-        return decision
-    return _cluster_checks(review, decision, subject, state, memo_only=memo_only, job=job)
-
-
-def _cluster_checks(
-    review: admission.AdmissionRequest,
-    decision: admission.Decision,
-    subject: admission.Subject,
-    state: AppState,
-    *,
-    memo_only: bool,
-    job: _Job | None,
-) -> admission.Decision:
-    """``decision`` after the checks that read the live cache, when it is synced: the
-    node-port rule (part of the verdict, published to ``job`` with it), then the
-    cluster-state warnings, which the route may skip for time (docs/design.md §7.1).
-
-    Raises:
-        NotMemoised: ``memo_only`` and a warning needs a ``select`` or too much work.
-    """
-    snapshot = _snapshot(review, state, memo_only=memo_only)
-    if snapshot is None or not decision.allowed:
-        return decision
-    settings = state.selection
-    decision = admission.cluster_verdict(decision, subject, settings=settings, snapshot=snapshot)
-    if not decision.allowed:
-        return decision
-    if job is not None:
-        job.publish(review, decision)
-    warnings = admission.cluster_warnings(subject, settings=settings, snapshot=snapshot)
-    return admission.with_warnings(decision, warnings)
+        raise TooLong("node selector too long to parse on the event loop")
+    return admission.validate(
+        review,
+        settings=settings,
+        snapshot=_snapshot(review, state, memo_only=memo_only),
+        publish=None if job is None else functools.partial(job.publish, review),
+    )
 
 
 def _snapshot(
