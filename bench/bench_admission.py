@@ -33,16 +33,16 @@ from bench.cluster import Cluster, Scale, make_node
 from bench.procs import (
     ROOT,
     Process,
-    free_port,
     machine,
     python,
     start_fakeapi,
     start_serve,
     tls_files,
     trusting,
-    wait_for,
 )
 from bench.profile import PySpy, summary
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 LUA = ROOT / "bench" / "wrk" / "admission.lua"
 LOADS = (("light", 4), ("saturation", 50))
@@ -250,7 +250,7 @@ def bench_serve(
         fakeapi.stop()
         raise
     try:
-        wait_for(serve.ready, timeout=120, what="serve /readyz")
+        wait_for("serve /readyz", serve.ready, timeout=120, interval=0.05)
         url = f"{serve.url}/validate"
         ca = workdir / "certs" / "ca.crt"
         answer = check_answer(url, ca, json.loads(body_file.read_text()))

@@ -56,8 +56,9 @@ from bench.cluster import (
     pick_node,
     service_key,
 )
-from bench.procs import FakeApi, machine, stop_stream, stream_socket, wait_for
+from bench.procs import FakeApi, machine, stop_stream, stream_socket
 from bench.profile import PySpy, summary
+from tests.support.waiting import wait_for
 
 HEARTBEATS = 1000
 
@@ -161,7 +162,9 @@ def run_step(
 
     converged_after = None
     if affected:
-        wait_for(converged, timeout=timeout, what=f"{name}: {len(affected)} Services written")
+        wait_for(
+            f"{name}: {len(affected)} Services written", converged, timeout=timeout, interval=0.05
+        )
         seen = watch.since(t0)
         converged_after = max(seen[key][-1][0] for key in affected) - t0
     quiet_at, reconciles = wait_quiet(run.serve, timeout=timeout, settle=settle)

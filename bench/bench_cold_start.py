@@ -33,9 +33,10 @@ from typing import Any
 
 from bench.cilium_policy import ENTRY as cilium_policy_entry
 from bench.cluster import Cluster, Scale, expected_ingress, make_cluster, service_key
-from bench.procs import FakeApi, HttpApi, Serve, machine, start_fakeapi, start_serve, wait_for
+from bench.procs import FakeApi, HttpApi, Serve, machine, start_fakeapi, start_serve
 from bench.profile import PySpy, summary
 from bench.realapi import IngressWatch, RealApi, start_realapi
+from tests.support.waiting import wait_for
 
 SERVICES = "/api/v1/services"
 WRITES = "patch services/status"
@@ -238,17 +239,20 @@ def run_cold_start(
     t0 = serve.process.started
     spy = PySpy(pid=serve.process.pid, out=workdir / "serve-cold.raw") if profile else None
     try:
-        ready_at = wait_for(serve.ready, timeout=timeout, what="serve /readyz")
+        wait_for("serve /readyz", serve.ready, timeout=timeout, interval=0.05)
+        ready_at = time.monotonic()
         if watch is not None:
             # The moment the watch delivered the last expected ingress.
             written_at = watch.wait(timeout)
         else:
             # The moment the fake API had counted one status write per Service (polled).
-            written_at = wait_for(
+            wait_for(
+                f"{want_writes} status writes",
                 lambda: api.count(WRITES) >= want_writes,
                 timeout=timeout,
-                what=f"{want_writes} status writes",
+                interval=0.05,
             )
+            written_at = time.monotonic()
         serve_cpu = serve.process.cpu_seconds()
         api_cpu1 = api.cpu_by_process()
         # One write per Service is the rule, not a given (Cilium's policy writes again on
@@ -257,12 +261,13 @@ def run_cold_start(
         first_check = check_statuses(api, expected)[0]
         verified_at = time.monotonic()
         if first_check:
-            written_at = verified_at = wait_for(
+            wait_for(
+                "every managed Service's expected ingress",
                 lambda: not check_statuses(api, expected)[0],
                 timeout=timeout,
                 interval=0.5,
-                what="every managed Service's expected ingress",
             )
+            written_at = verified_at = time.monotonic()
             serve_cpu = serve.process.cpu_seconds()
             api_cpu1 = api.cpu_by_process()
         if spy is not None:

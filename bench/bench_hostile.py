@@ -54,7 +54,8 @@ import httpx
 from app.config import ADMISSION_BODY_LIMIT
 from bench.bench_admission import admission_review
 from bench.cluster import Scale, make_node
-from bench.procs import FakeApi, Serve, machine, start_fakeapi, start_serve, trusting, wait_for
+from bench.procs import FakeApi, Serve, machine, start_fakeapi, start_serve, trusting
+from tests.support.waiting import wait_for
 
 BEFORE = {
     "cpu": "7.7 s per review; /healthz p50 30 s; ordinary review 30 s (48 clients)",
@@ -478,7 +479,7 @@ def start(workdir: Path, *, nodes: int, flags: tuple[str, ...] = ()) -> tuple[Fa
     fake = start_fakeapi(objects=[make_node(i, scale) for i in range(nodes)], workdir=workdir)
     serve = start_serve(kubeconfig=fake.kubeconfig, workdir=workdir, flags=flags)
     try:
-        wait_for(serve.ready, timeout=120, what="serve ready")
+        wait_for("serve ready", serve.ready, timeout=120, interval=0.05)
     except BaseException:
         serve.stop()
         fake.stop()

@@ -120,13 +120,13 @@ from bench.procs import (
     python,
     start_serve,
     trusting,
-    wait_for,
 )
 from bench.profile import PySpy, summary
 from bench.realapi import SEED_PARALLEL, IngressWatch, RealApi, start_realapi
 from tests.fakeapi.patch import merge_patch
 from tests.peers.cilium.differential import IDENTICAL, cilium_manages, classify
 from tests.peers.cilium.peer import CiliumNodeIpam, PeerError
+from tests.support.waiting import wait_for
 
 Obj = dict[str, Any]
 Entry = dict[str, str]
@@ -856,7 +856,7 @@ def probe_admission(aim: Path, rate: float, out: Path, *, wait: float = 3600.0) 
         TimeoutError: ``aim`` did not appear in time.
     """
     out.touch()  # started: the bench waits for this before it starts serve
-    wait_for(aim.exists, timeout=wait, interval=0.01, what=str(aim))
+    wait_for(str(aim), aim.exists, timeout=wait, interval=0.01)
     target = json.loads(aim.read_text())
     url, ca = target["url"], Path(target["ca"])
     body = json.dumps(admission_review(), separators=(",", ":")).encode()
@@ -981,7 +981,7 @@ def start_prober(rate: float, out: Path) -> Prober:
         return out.exists()
 
     try:
-        wait_for(up, timeout=60, interval=0.02, what="the admission prober")
+        wait_for("the admission prober", up, timeout=60, interval=0.02)
     except BaseException as err:
         process.stop()
         raise RuntimeError(f"the admission prober did not start: {err}") from err
@@ -1118,7 +1118,8 @@ class OursController(Controller):
         return self._serve().process.pid
 
     def wait_ready(self, timeout: float) -> float:
-        return wait_for(self._serve().ready, timeout=timeout, what="serve /readyz")
+        wait_for("serve /readyz", self._serve().ready, timeout=timeout, interval=0.05)
+        return time.monotonic()
 
     def wait_quiet(self, timeout: float) -> float:
         return wait_quiet(self._serve(), timeout=timeout)[0]

@@ -63,8 +63,9 @@ import orjson
 
 from bench.bench_cold_start import wait_quiet
 from bench.cluster import Scale, internal_ipv4, make_node, node_name
-from bench.procs import HttpApi, Serve, machine, start_fakeapi, start_serve, wait_for
+from bench.procs import HttpApi, Serve, machine, start_fakeapi, start_serve
 from bench.realapi import RealApi
+from tests.support.waiting import wait_for
 
 Obj = dict[str, Any]
 POD_NAMESPACES = 300
@@ -686,7 +687,8 @@ def run_serve(
     )
     try:
         t0 = serve.process.started
-        ready_at = wait_for(serve.ready, timeout=900, interval=0.1, what="serve /readyz")
+        wait_for("serve /readyz", serve.ready, timeout=900, interval=0.1)
+        ready_at = time.monotonic()
         cpu_ready = serve.process.cpu_seconds()
         wait_quiet(serve, timeout=600, settle=2.0)
         rss_quiet, hwm = serve.process.memory_mb("VmRSS"), serve.process.memory_mb("VmHWM")

@@ -28,6 +28,7 @@ from typing import Any
 
 from app.kube.client import KubernetesAPI, connect
 from bench.procs import Process, machine, python
+from tests.support.objects import event_body
 
 NAMESPACES = 10
 WARM_UP = 20
@@ -98,23 +99,6 @@ def start_fakeapi(*, objects: list[dict[str, Any]], workdir: Path, tls: bool) ->
             "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
         )
     return process
-
-
-def event_body(namespace: str, name: str, index: int) -> dict[str, Any]:
-    """An ``IPsAssigned`` ``events.k8s.io/v1`` Event like the recorder's."""
-    return {
-        "apiVersion": "events.k8s.io/v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name}.{time.time_ns() + index:x}", "namespace": namespace},
-        "eventTime": "2026-01-01T00:00:00.000000Z",
-        "reportingController": "node-ipam-lb",
-        "reportingInstance": "bench",
-        "action": "AssignIPs",
-        "reason": "IPsAssigned",
-        "note": "assigned 192.0.2.1",
-        "type": "Normal",
-        "regarding": {"apiVersion": "v1", "kind": "Service", "namespace": namespace, "name": name},
-    }
 
 
 def _send(api: KubernetesAPI, op: str, index: int, target: tuple[str, str], round_: int) -> None:

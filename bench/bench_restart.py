@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,8 +45,9 @@ from bench.bench_cold_start import (
     wait_events_sent,
     wait_quiet,
 )
-from bench.procs import machine, start_serve, wait_for
+from bench.procs import machine, start_serve
 from bench.profile import PySpy, summary
+from tests.support.waiting import wait_for
 
 
 @dataclass
@@ -93,7 +95,8 @@ def restart(
     run.serve = serve
     spy = PySpy(pid=serve.process.pid, out=workdir / "serve-restart.raw") if profile else None
     try:
-        ready_at = wait_for(serve.ready, timeout=timeout, what="serve /readyz")
+        wait_for("serve /readyz", serve.ready, timeout=timeout, interval=0.05)
+        ready_at = time.monotonic()
         cpu_ready = serve.process.cpu_seconds()
         quiet_at, reconciles = wait_quiet(serve, timeout=timeout)
         cpu = serve.process.cpu_seconds()

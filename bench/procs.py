@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.web.tls import write_dev_certs
+from tests.support.ports import free_port
+from tests.support.processes import die_with_parent, tail
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,15 +50,6 @@ current-context: bench
 """
 
 
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    # Runs in the child before exec: SIGTERM it when the benchmark (or test) process dies,
-    # even by SIGKILL, so no fake API or serve outlives a killed run.
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def machine() -> str:
     """CPU count, CPU model and the 1-minute load average (other work on the machine skews
     every figure: compare runs made at a low load)."""
@@ -75,31 +67,6 @@ def machine() -> str:
 def trusting(ca: Path) -> ssl.SSLContext:
     """A client TLS context that trusts only ``ca``."""
     return ssl.create_default_context(cafile=str(ca))
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_for(
-    predicate: Callable[[], bool], *, timeout: float, interval: float = 0.05, what: str
-) -> float:
-    """Poll ``predicate`` until true; return the monotonic time it first held.
-
-    Raises:
-        TimeoutError: naming ``what`` after ``timeout`` seconds.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return time.monotonic()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -180,7 +147,9 @@ class Process:
             stdout=subprocess.PIPE if capture_stdout else self._log_file,
             stderr=self._log_file,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            # SIGTERM when the benchmark (or test) process dies, even by SIGKILL: no fake
+            # API or serve outlives a killed run.
+            preexec_fn=die_with_parent(signal.SIGTERM),
         )
 
     @property
@@ -203,8 +172,7 @@ class Process:
     def tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of the process log (for failure messages)."""
         self._log_file.flush()
-        text = self.log.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
+        return tail(self.log, lines)
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM, wait up to ``timeout`` seconds, then SIGKILL (this process only)."""

@@ -30,7 +30,6 @@ watch on Services).
 from __future__ import annotations
 
 import json
-import re
 import socket
 import ssl
 import threading
@@ -44,6 +43,7 @@ import httpx
 
 from bench.cluster import service_key
 from bench.procs import HttpApi, cpu_seconds, memory_mb, stop_stream, stream_socket
+from tests.controlplane.metrics import request_counts
 from tests.controlplane.plane import DUAL_STACK_SERVICE_CLUSTER_IP_RANGE, ControlPlane
 
 Obj = dict[str, Any]
@@ -51,11 +51,6 @@ SERVICE_CIDRS = DUAL_STACK_SERVICE_CLUSTER_IP_RANGE  # ControlPlane(dual_stack=T
 """Dual-stack Service CIDRs: a third of the synthetic Services are ``RequireDualStack``."""
 SEED_PARALLEL = 16
 """Concurrent creates while seeding (one pooled client, one connection each)."""
-VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
-"""``apiserver_request_total`` verbs as the fake API's counters name them (the rest
-lower-cased: ``get``, ``list``, ``watch``, ``apply``)."""
-_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def for_real_server(obj: Mapping[str, Any]) -> Obj:
@@ -94,29 +89,6 @@ def collection_path(obj: Mapping[str, Any]) -> str:
     api_version = obj["apiVersion"]
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
-
-
-def request_counts(metrics_text: str) -> Counter[str]:
-    """``apiserver_request_total`` from a ``/metrics`` text, summed by verb, resource and
-    subresource (``"patch services/status"``, ``"create events"``); requests with no
-    resource (``/readyz``, ``/metrics``) are left out."""
-    counts: Counter[str] = Counter()
-    for line in metrics_text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        labels = dict(_LABEL.findall(match["labels"]))
-        resource = labels.get("resource", "")
-        if not resource:
-            continue
-        verb = VERBS.get(labels.get("verb", ""), labels.get("verb", "").lower())
-        sub = labels.get("subresource", "")
-        counts[f"{verb} {resource}/{sub}" if sub else f"{verb} {resource}"] += int(
-            float(match["value"])
-        )
-    return counts
 
 
 class RealApi(HttpApi):

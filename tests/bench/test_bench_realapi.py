@@ -10,8 +10,9 @@ import pytest
 from bench.bench_cold_start import api_side_by_side, report, run_cold_start
 from bench.bench_restart import restart, restart_report, restart_side_by_side
 from bench.cluster import Scale, make_cluster
-from bench.realapi import collection_path, for_real_server, request_counts
+from bench.realapi import collection_path, for_real_server
 from tests.controlplane.build import Binaries
+from tests.controlplane.metrics import request_counts
 
 TINY = Scale(nodes=40, managed=60, unmanaged=10)
 

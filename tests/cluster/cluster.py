@@ -51,7 +51,8 @@ from typing import Any
 from tests.cluster import PROXY_MODES
 from tests.cluster.images import Images, build_images
 from tests.controlplane.build import Binaries, build, cache_root
-from tests.controlplane.plane import ControlPlane, _Server, _tail
+from tests.controlplane.plane import ControlPlane
+from tests.support.processes import Server, tail
 
 PREFIX = "nilb"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -151,7 +152,7 @@ class Node(Member):
         self.socket = self.dir / "containerd.sock"
         self.kubelet_root = self.dir / "kubelet"
         self.pod_cidrs: list[str] = []
-        self.processes: dict[str, _Server] = {}
+        self.processes: dict[str, Server] = {}
         self.error: BaseException | None = None
         self.small_images = threading.Event()
         self.importer = threading.Thread()
@@ -212,7 +213,7 @@ class Cluster:
         self.cluster_domain = CLUSTER_DOMAIN
         self.external_zone = EXTERNAL_ZONE
         self.external_ttl = EXTERNAL_TTL
-        self._servers: list[_Server] = []
+        self._servers: list[Server] = []
         self._netns: list[str] = []
         self._shim_sockets: set[Path] = set()
         self.timings: dict[str, float] = {}
@@ -605,8 +606,8 @@ class Cluster:
             directory / f"{name}.kubeconfig", user=user, cert_pem=cert, key_pem=key
         )
 
-    def _start(self, name: str, args: list[str], into: list[_Server] | None = None) -> _Server:
-        server = _Server(name, args, self.log_dir / f"{name}.log")
+    def _start(self, name: str, args: list[str], into: list[Server] | None = None) -> Server:
+        server = Server(name, args, self.log_dir / f"{name}.log")
         (self._servers if into is None else into).append(server)
         server.start()
         return server
@@ -626,7 +627,7 @@ class Cluster:
 
     def _start_kube_proxy(
         self, member: Member, directory: Path, hostname: str, binaries: Binaries,
-        into: list[_Server] | dict[str, _Server],
+        into: list[Server] | dict[str, Server],
     ) -> None:  # fmt: skip
         directory.mkdir(parents=True, exist_ok=True)
         kubeconfig = self._kubeconfig(f"kube-proxy-{hostname}", "system:kube-proxy")
@@ -656,7 +657,7 @@ class Cluster:
         path = directory / "kube-proxy.json"
         path.write_text(json.dumps(config, indent=2))
         name = "kube-proxy" if isinstance(into, dict) else f"kube-proxy-{hostname}"
-        server = _Server(
+        server = Server(
             name,
             _in_ns(member.netns, str(binaries.kube_proxy), f"--config={path}"),
             self.log_dir / f"kube-proxy-{hostname}.log",
@@ -720,7 +721,7 @@ disabled_plugins = [
 """
         path = node.dir / "containerd.toml"
         path.write_text(config)
-        server = _Server(
+        server = Server(
             "containerd",
             _in_ns(node.netns, "containerd", f"--config={path}"),
             self.log_dir / f"containerd-{node.name}.log",
@@ -735,7 +736,7 @@ disabled_plugins = [
             while not node.socket.exists():
                 if node.processes["containerd"].exited() is not None or time.monotonic() > deadline:
                     log = node.processes["containerd"].log_path
-                    raise ClusterError(f"{node.name}: containerd did not start:\n{_tail(log)}")
+                    raise ClusterError(f"{node.name}: containerd did not start:\n{tail(log)}")
                 time.sleep(0.1)
             for archive, ref in images.archives():
                 self._ctr(node, "images", "import", "--snapshotter", "native", str(archive))
@@ -822,7 +823,7 @@ disabled_plugins = [
             + "".join(f"mount --bind {fake} /proc/sys/{key}\n" for key, fake in fakes.items())
             + 'exec "$@"\n'
         )
-        server = _Server(
+        server = Server(
             "kubelet",
             _in_ns(node.netns, "unshare", "--mount", "--propagation", "unchanged", "--",
                    "sh", "-euc", script, "kubelet", *kubelet),
@@ -843,7 +844,7 @@ disabled_plugins = [
         """Start the kubelet that :meth:`stop_kubelet` stopped, with the same command line
         (its log continues in ``kubelet-<node>-restarted.log``)."""
         old = node.processes.pop("kubelet-stopped")
-        server = _Server("kubelet", old.args, self.log_dir / f"kubelet-{node.name}-restarted.log")
+        server = Server("kubelet", old.args, self.log_dir / f"kubelet-{node.name}-restarted.log")
         node.processes["kubelet"] = server
         server.start()
 
@@ -921,7 +922,7 @@ disabled_plugins = [
             if code is not None:
                 raise ClusterError(
                     f"{server.name} ({server.log_path.name}) exited with {code}:\n"
-                    f"{_tail(server.log_path)}"
+                    f"{tail(server.log_path)}"
                 )
 
     def poll(self) -> str | None:

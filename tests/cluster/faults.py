@@ -24,7 +24,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.cluster.cluster import NETNS_DIR, Cluster, Node, _Server
+from tests.cluster.cluster import NETNS_DIR, Cluster, Node
+from tests.support.processes import Server
 
 CUT_TABLE = "nilb_fault_cut"
 ISOLATE_TABLE = "nilb_fault_isolate"
@@ -74,7 +75,7 @@ def stopped_kube_proxy(cluster: Cluster, node: Node) -> Iterator[None]:
     try:
         yield
     finally:
-        restarted = _Server(
+        restarted = Server(
             "kube-proxy", server.args, cluster.log_dir / f"kube-proxy-{node.name}-restarted.log"
         )
         node.processes["kube-proxy"] = restarted

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -19,13 +18,6 @@ CLASS = "io.cilium/node"
 ANNOTATION = "io.cilium.nodeipam/match-node-labels"
 EXCLUDE = "node.kubernetes.io/exclude-from-external-load-balancers"
 KIND_PLURAL = {"Node": "nodes", "Service": "services", "EndpointSlice": "endpointslices"}
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nothing listens on (right now)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(

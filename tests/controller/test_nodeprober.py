@@ -23,7 +23,8 @@ import pytest
 from app.controller.nodeprober import MAX_RESPONSE_BYTES, NodeHealthProber, probe
 from app.core.nodehealth import HealthPolicy, HealthTable
 from app.telemetry import metrics
-from tests.controller.support import free_port, wait_until
+from tests.controller.support import wait_until
+from tests.support.ports import free_port
 
 Handler = Callable[["Server", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.controller.support import CASE, free_port, kind_4node, node, wait_until
+from tests.controller.support import CASE, kind_4node, node, wait_until
 from tests.fakeapi.server import FakeApiServer
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 EXE = Path(sys.executable).with_name("node-ipam-lb")

@@ -16,9 +16,10 @@ from typing import Any
 
 import httpx
 
-from tests.controller.support import free_port, wait_until
+from tests.controller.support import wait_until
 from tests.deploy.render import WEBHOOK_CONFIGURATION, find, render
 from tests.fakeapi.server import FakeApiServer
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 EXE = Path(sys.executable).with_name("node-ipam-lb")

@@ -58,9 +58,9 @@ from tests.controlplane.serving import (
     start_serve,
     stop,
     tls,
-    wait_for,
 )
 from tests.devenv import manifests
+from tests.support.waiting import wait_for
 
 SA_USER = f"system:serviceaccount:{NAMESPACE}:{NAMESPACE}"
 MATCH = "io.cilium.nodeipam/match-node-labels"
@@ -689,7 +689,7 @@ def webhook_stopped(plane: ControlPlane, workdir: Path) -> StoppedWebhook:
         world.wait_ready([a, b])
         configurations = manifests.webhook_configurations(a.url, a.ca.read_bytes())
         bad = apply_webhooks(plane, configurations, world)
-        wait_for(lambda: webhook_denies(plane, bad), "the validating webhook answers")
+        wait_for("the validating webhook answers", lambda: webhook_denies(plane, bad))
         world.converge(60)
         a.process.send_signal(signal.SIGSTOP)
         try:
@@ -707,7 +707,7 @@ def webhook_stopped(plane: ControlPlane, workdir: Path) -> StoppedWebhook:
             reasons = [e.get("reason") for e in body.get("items", [])] if code == 200 else []
             return "InvalidNodeSelector" if "InvalidNodeSelector" in reasons else ""
 
-        wait_for(reported, "an InvalidNodeSelector Event", timeout=60)
+        wait_for("an InvalidNodeSelector Event", reported, timeout=60)
         reported_s = time.monotonic() - resumed
         code, svc = plane.request(
             "GET", f"/api/v1/namespaces/{world.namespace}/services/bad-selector"
@@ -764,7 +764,7 @@ def list_compacted_between_pages(plane: ControlPlane, prefix: str) -> PagedList:
             code, _ = plane.request("GET", f"/api/v1/nodes?limit=2&continue={token}")
             return code == 410
 
-        wait_for(expired, "the continue token expires", timeout=30)
+        wait_for("the continue token expires", expired, timeout=30)
         held_at["expired_after_s"] = time.monotonic() - started
         held_at["resumed"] = time.monotonic()
 
@@ -781,7 +781,7 @@ def list_compacted_between_pages(plane: ControlPlane, prefix: str) -> PagedList:
         )
         informer.start()
         try:
-            wait_for(lambda: cache.kind_synced("nodes"), "the informer lists", timeout=60)
+            wait_for("the informer lists", lambda: cache.kind_synced("nodes"), timeout=60)
             synced = time.monotonic()
             held = {view.name for view in cache.nodes()}
         finally:

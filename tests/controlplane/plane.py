@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import datetime
 import http.client
 import ipaddress
 import json
 import shutil
-import signal
-import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +30,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.controlplane.build import Binaries, build
+from tests.support.ports import free_port
+from tests.support.processes import PortTaken, Server, StartError, tail
 
 HOST = "127.0.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"  # configuration only; nothing routes to it
@@ -98,8 +96,8 @@ DEFAULT_THROTTLED: tuple[tuple[str, str], ...] = (
 status writes and Events, not its Lease (leader election stays on its usual level)."""
 
 
-class ControlPlaneStartError(RuntimeError):
-    """etcd or kube-apiserver exited or never became ready; the message has its log tail."""
+ControlPlaneStartError = StartError
+"""etcd or kube-apiserver exited or never became ready; the message has its log tail."""
 
 
 class KubectlError(subprocess.CalledProcessError):
@@ -107,10 +105,6 @@ class KubectlError(subprocess.CalledProcessError):
 
     def __str__(self) -> str:
         return f"{super().__str__()}\n{self.stderr}"
-
-
-class _PortTaken(Exception):
-    pass
 
 
 # -- PKI ---------------------------------------------------------------------------------
@@ -218,80 +212,6 @@ class _Authority:
         return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 
-# -- processes ---------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the child is SIGKILLed when the thread that started it dies (even by SIGKILL),
-    so a killed test run leaves no apiserver or etcd behind. SIGKILL, not SIGTERM: both
-    would get it at once, and a kube-apiserver whose etcd is going away spends ~30 s in
-    shutdown timeouts (lease and endpoint clean-up). Their data is throwaway anyway."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-class _Server:
-    """One child process with its log file."""
-
-    def __init__(self, name: str, args: list[str], log_path: Path) -> None:
-        self.name, self.args, self.log_path = name, args, log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, *, append: bool = False) -> None:
-        """Start the process; ``append`` keeps the log of an earlier run (a restart)."""
-        with open(self.log_path, "ab" if append else "wb") as log:  # a retry starts afresh
-            self.proc = subprocess.Popen(
-                self.args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a terminal's Ctrl-C reaches only us; we stop them
-                preexec_fn=_die_with_parent,
-            )
-
-    def exited(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
-    def check_alive(self) -> None:
-        code = self.exited()
-        if code is None:
-            return
-        tail = _tail(self.log_path)
-        if "address already in use" in tail:
-            raise _PortTaken(self.name)
-        raise ControlPlaneStartError(
-            f"{self.name} exited with status {code} during start-up; log {self.log_path}:\n{tail}"
-        )
-
-    def stop(self, timeout: float = 15.0, *, kill: bool = False) -> None:
-        """SIGTERM (``kill``: SIGKILL) and wait up to ``timeout`` s, then SIGKILL."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-
 # -- the control plane -------------------------------------------------------------------
 
 
@@ -364,7 +284,7 @@ class ControlPlane:
         self.log_paths: dict[str, Path] = {}
         self.etcd_url = ""  # http://127.0.0.1:<port>, etcd's client URL (its v3 JSON gateway)
         self._ca: _Authority | None = None
-        self._servers: list[_Server] = []
+        self._servers: list[Server] = []
         self._tmp: str | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -386,7 +306,7 @@ class ControlPlane:
                 try:
                     self._start_servers(binaries)
                     break
-                except _PortTaken:
+                except PortTaken:
                     self._stop_servers()
                     if attempt == 2:
                         raise
@@ -468,7 +388,7 @@ class ControlPlane:
         return events
 
     # -- faults (tests/controlplane/README.md, "Faults") --------------------------------
-    def _server(self, name: str) -> _Server:
+    def _server(self, name: str) -> Server:
         for server in self._servers:
             if server.name == name:
                 return server
@@ -710,14 +630,14 @@ class ControlPlane:
     def _start_servers(self, binaries: Binaries) -> None:
         pki = self.workdir / "pki"
         deadline = time.monotonic() + self.start_timeout
-        client_port, peer_port = _free_port(), _free_port()
-        secure_port = self.secure_port or _free_port()
+        client_port, peer_port = free_port(HOST), free_port(HOST)
+        secure_port = self.secure_port or free_port(HOST)
         host = self.host
         etcd_url = f"http://{host}:{client_port}"
         peer_url = f"http://{host}:{peer_port}"
         data_dir = self.workdir / "etcd-data"
         shutil.rmtree(data_dir, ignore_errors=True)
-        etcd = _Server(
+        etcd = Server(
             "etcd",
             [
                 *self.command_prefix,
@@ -751,7 +671,7 @@ class ControlPlane:
             if self.kubelet_client_certificate
             else []
         )
-        apiserver = _Server(
+        apiserver = Server(
             "kube-apiserver",
             [
                 *self.command_prefix,
@@ -787,7 +707,7 @@ class ControlPlane:
         )
         self.url = url
 
-    def _wait(self, server: _Server, deadline: float, ready: Any) -> None:
+    def _wait(self, server: Server, deadline: float, ready: Any) -> None:
         while True:
             server.check_alive()
             if ready():
@@ -795,7 +715,7 @@ class ControlPlane:
             if time.monotonic() > deadline:
                 raise ControlPlaneStartError(
                     f"{server.name} not ready after {self.start_timeout:.0f} s; "
-                    f"log {server.log_path}:\n{_tail(server.log_path)}"
+                    f"log {server.log_path}:\n{tail(server.log_path)}"
                 )
             time.sleep(0.1)
 

@@ -9,19 +9,17 @@ makes with deploy/'s roles.
 from __future__ import annotations
 
 import os
-import socket
 import ssl
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import httpx
-import pytest
 
 from tests.controlplane.plane import ControlPlane
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -29,18 +27,6 @@ NAMESPACE = "node-ipam-lb"  # deploy/base's namespace, ServiceAccount and Lease 
 CLASS = "io.cilium/node"
 EXCLUDE = "node.kubernetes.io/exclude-from-external-load-balancers"
 WAIT = 30.0
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    """Poll ``check`` every 0.2 s until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:g} s (last: {result!r})")
-        time.sleep(0.2)
 
 
 def tls(ca: Path) -> ssl.SSLContext:
@@ -56,12 +42,6 @@ def ready(url: str, ca: Path) -> bool:
         return httpx.get(f"{url}/readyz", verify=tls(ca), timeout=2).status_code == 200
     except (httpx.HTTPError, ssl.SSLError):
         return False
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def apply_deploy(plane: ControlPlane) -> None:
@@ -126,7 +106,7 @@ def wait_ready(process: subprocess.Popen[bytes], url: str, ca: Path, log: Path) 
         assert process.poll() is None, log.read_text()[-3000:]
         return ready(url, ca)
 
-    wait_for(up, "serve answers /readyz")
+    wait_for("serve answers /readyz", up)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

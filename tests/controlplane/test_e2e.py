@@ -36,11 +36,11 @@ from tests.controlplane.serving import (
     refused,
     start_serve,
     stop,
-    wait_for,
     wait_ready,
     warnings,
 )
 from tests.devenv import manifests
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -94,7 +94,7 @@ def world(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
             got = world.kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(bad))
             return got.returncode != 0 and "denied the request" in got.stderr
 
-        wait_for(denied, "the validating webhook is called")
+        wait_for("the validating webhook is called", denied)
         yield world
     finally:
         stop(process)
@@ -240,23 +240,23 @@ def test_example_converges_to_expected(example: World) -> None:
 
 
 def test_kubectl_get_events_shows_ours(example: World) -> None:
-    wait_for(lambda: _converged(example, _expected()), "the example converges")
+    wait_for("the example converges", lambda: _converged(example, _expected()))
 
     def listed() -> str:
         out = example.kubectl("get", "events", "-n", "default").stdout
         return out if "service/nginx-cluster" in out else ""
 
-    table = wait_for(listed, "kubectl get events lists an Event about nginx-cluster")
+    table = wait_for("kubectl get events lists an Event about nginx-cluster", listed)
     assert "AddressesAssigned" in table or "Normal" in table, table
 
 
 def test_kubectl_describe_svc_shows_our_events(example: World) -> None:
     """kubectl describe selects a Service's Events by involvedObject.uid (regarding.uid):
     ours must carry the Service's uid."""
-    wait_for(lambda: _converged(example, _expected()), "the example converges")
+    wait_for("the example converges", lambda: _converged(example, _expected()))
     wait_for(
-        lambda: "service/nginx-cluster" in example.kubectl("get", "events", "-n", "default").stdout,
         "an Event about nginx-cluster exists",
+        lambda: "service/nginx-cluster" in example.kubectl("get", "events", "-n", "default").stdout,
     )
     described = example.kubectl("describe", "svc", "nginx-cluster", "-n", "default").stdout
     events = described.split("Events:", 1)[1]
@@ -269,15 +269,15 @@ def _node_patch(world: World, node: str, patch: dict[str, Any], *extra: str) -> 
 
 
 def test_label_unlabel_cordon_and_address_change_converge(example: World) -> None:
-    wait_for(lambda: _converged(example, _expected()), "the example converges")
+    wait_for("the example converges", lambda: _converged(example, _expected()))
     # The exclusion label takes kind-worker3 (10.89.0.9) out of nginx-cluster; unlabel back.
     _node_patch(example, "kind-worker3", {"metadata": {"labels": {EXCLUDE: ""}}})
     wait_for(
-        lambda: example.ingress("default", "nginx-cluster") == ["10.89.0.6", "10.89.0.7"],
         "the excluded node leaves nginx-cluster",
+        lambda: example.ingress("default", "nginx-cluster") == ["10.89.0.6", "10.89.0.7"],
     )
     _node_patch(example, "kind-worker3", {"metadata": {"labels": {EXCLUDE: None}}})
-    wait_for(lambda: _converged(example, _expected()), "unlabelled node comes back")
+    wait_for("unlabelled node comes back", lambda: _converged(example, _expected()))
     # Cordon: Cilium's Node IPAM ignores unschedulable; nothing changes.
     _node_patch(example, "kind-worker3", {"spec": {"unschedulable": True}})
     time.sleep(1.0)
@@ -293,10 +293,10 @@ def test_label_unlabel_cordon_and_address_change_converge(example: World) -> Non
         example, "kind-worker3", {"status": {"addresses": addresses}}, "--subresource=status"
     )
     wait_for(
+        "the new address is published",
         lambda: (
             example.ingress("default", "nginx-cluster") == ["10.89.0.6", "10.89.0.7", "10.89.0.99"]
         ),
-        "the new address is published",
     )
     addresses = [
         {**a, "address": "10.89.0.9"} if a["type"] == "InternalIP" else a
@@ -305,11 +305,11 @@ def test_label_unlabel_cordon_and_address_change_converge(example: World) -> Non
     _node_patch(
         example, "kind-worker3", {"status": {"addresses": addresses}}, "--subresource=status"
     )
-    wait_for(lambda: _converged(example, _expected()), "the old address comes back")
+    wait_for("the old address comes back", lambda: _converged(example, _expected()))
 
 
 def test_traffic_policy_and_type_switches_converge(example: World) -> None:
-    wait_for(lambda: _converged(example, _expected()), "the example converges")
+    wait_for("the example converges", lambda: _converged(example, _expected()))
 
     def patch(svc: str, body: dict[str, Any]) -> None:
         got = example.kubectl("patch", "svc", svc, "-n", "default", "-p", json.dumps(body))
@@ -320,10 +320,10 @@ def test_traffic_policy_and_type_switches_converge(example: World) -> None:
     patch("nginx-cluster", {"spec": {"externalTrafficPolicy": "Local"}})
     local = read_expected(EXPECTED.parent)["default/nginx-local"]
     wait_for(
-        lambda: example.ingress("default", "nginx-cluster") == local, "eTP Local narrows the nodes"
+        "eTP Local narrows the nodes", lambda: example.ingress("default", "nginx-cluster") == local
     )
     patch("nginx-cluster", {"spec": {"externalTrafficPolicy": "Cluster"}})
-    wait_for(lambda: _converged(example, _expected()), "eTP Cluster restores")
+    wait_for("eTP Cluster restores", lambda: _converged(example, _expected()))
     # The class is immutable on a real server; switching type away clears it (and the
     # status), switching back with the class makes it ours again. On a Service with a
     # port of its own: nginx-cluster's TCP/80 would go to nginx-local meanwhile and stay
@@ -340,16 +340,16 @@ def test_traffic_policy_and_type_switches_converge(example: World) -> None:
     }
     _apply_ok(example, json.dumps(switcher))
     everywhere = _expected()[("default", "nginx-cluster")]
-    wait_for(lambda: example.ingress("default", "switcher") == everywhere, "switcher converges")
+    wait_for("switcher converges", lambda: example.ingress("default", "switcher") == everywhere)
     patch("switcher", {"spec": {"type": "ClusterIP", "externalTrafficPolicy": None}})
-    wait_for(lambda: not example.ingress("default", "switcher"), "a ClusterIP Service: no ingress")
+    wait_for("a ClusterIP Service: no ingress", lambda: not example.ingress("default", "switcher"))
     patch("switcher", {"spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS}})
-    wait_for(lambda: example.ingress("default", "switcher") == everywhere, "back to LoadBalancer")
+    wait_for("back to LoadBalancer", lambda: example.ingress("default", "switcher") == everywhere)
     example.kubectl("delete", "svc", "switcher", "-n", "default")
 
 
 def test_endpointslice_readiness_flip_converges(example: World) -> None:
-    wait_for(lambda: _converged(example, _expected()), "the example converges")
+    wait_for("the example converges", lambda: _converged(example, _expected()))
     own_port = distinct_port("default", "nginx-local")
 
     def port(number: int) -> None:
@@ -365,7 +365,7 @@ def test_endpointslice_readiness_flip_converges(example: World) -> None:
     # what select gives it (Cilium's expected.txt), which the flip then changes.
     port(own_port)
     local = read_expected(EXPECTED.parent)["default/nginx-local"]
-    wait_for(lambda: example.ingress("default", "nginx-local") == local, "nginx-local publishes")
+    wait_for("nginx-local publishes", lambda: example.ingress("default", "nginx-local") == local)
     slices = json.loads(
         example.kubectl(
             "get",
@@ -388,20 +388,20 @@ def test_endpointslice_readiness_flip_converges(example: World) -> None:
         original["metadata"].pop(meta_key, None)
     _apply_ok(example, json.dumps(flipped))
     wait_for(
-        lambda: example.ingress("default", "nginx-local") != local,
         "readiness flip changes nginx-local",
+        lambda: example.ingress("default", "nginx-local") != local,
     )
     _apply_ok(example, json.dumps(original))
-    wait_for(lambda: example.ingress("default", "nginx-local") == local, "ready again")
+    wait_for("ready again", lambda: example.ingress("default", "nginx-local") == local)
     # Back on TCP/80: nginx-cluster, older or first by name, keeps it (both publish it).
     port(80)
-    wait_for(lambda: _converged(example, _expected()), "back on port 80 converges")
+    wait_for("back on port 80 converges", lambda: _converged(example, _expected()))
 
 
 def test_the_real_server_accepted_every_write(example: World) -> None:
     """No call of ours was refused: no 4xx in serve's log (403 = an RBAC gap in deploy/,
     422 = a status the real server rejects)."""
-    wait_for(lambda: _converged(example, _expected()), "the example converges")
+    wait_for("the example converges", lambda: _converged(example, _expected()))
     refusals = refused(example.log)
     assert not refusals, "\n".join(refusals[:20])
     assert example.process.poll() is None

@@ -32,9 +32,9 @@ from tests.controlplane.serving import (
     start_serve,
     stop,
     tls,
-    wait_for,
     wait_ready,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -84,7 +84,7 @@ class Server:
                 got = self.plane.kubectl("auth", "can-i", "get", path, "--as", user, check=False)
                 return got.stdout.strip() == "yes"
 
-            wait_for(allowed, f"RBAC lets {user} get {path}")
+            wait_for(f"RBAC lets {user} get {path}", allowed)
         return self.plane.token_for(self.namespace, name)
 
 

@@ -28,14 +28,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.controlplane.plane import ControlPlane
-from tests.controlplane.serving import (
-    NAMESPACE,
-    apply_deploy,
-    refused,
-    start_serve,
-    stop,
-    wait_for,
-)
+from tests.controlplane.serving import NAMESPACE, apply_deploy, refused, start_serve, stop
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -114,24 +108,24 @@ def test_the_new_lease_holder_writes_the_ca_bundle_at_once(
     )
     try:
         secret = wait_for(
-            lambda: process.poll() is None and _get(plane, "secret", SECRET, "-n", NAMESPACE),
             "serve's bootstrap creates the certificate Secret",
+            lambda: process.poll() is None and _get(plane, "secret", SECRET, "-n", NAMESPACE),
         )
         assert process.poll() is None, log.read_text()[-3000:]
         served = (tmp_path / "tls.crt").read_bytes()
         assert served == base64.b64decode(secret["data"]["tls.crt"]), "files != Secret"
         ca_pem = base64.b64decode(secret["data"]["ca.crt"])
-        wait_for(lambda: _readyz_as_the_api_server(url, ca_pem), "/readyz verified by ca.crt")
+        wait_for("/readyz verified by ca.crt", lambda: _readyz_as_the_api_server(url, ca_pem))
 
         def holder() -> str:
             lease = _get(plane, "lease", NAMESPACE, "-n", NAMESPACE) or {"spec": {}}
             return str(lease["spec"].get("holderIdentity") or "")
 
-        wait_for(lambda: holder().startswith("replica-new_"), "serve takes the expired Lease")
+        wait_for("serve takes the expired Lease", lambda: holder().startswith("replica-new_"))
         expected = secret["data"]["ca.crt"]
         wait_for(
-            lambda: set(_ca_bundles(plane)) == {expected},
             "the new Lease holder writes ca.crt into every caBundle (interval 3600 s)",
+            lambda: set(_ca_bundles(plane)) == {expected},
             timeout=15,
         )
         text = log.read_text()

@@ -36,9 +36,9 @@ from tests.controlplane.serving import (
     start_serve,
     stop,
     tls,
-    wait_for,
     wait_ready,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -174,13 +174,13 @@ def test_one_holder_writes_and_the_other_takes_over_after_a_sigkill(pair: Pair) 
     names = [r.name for r in pair.replicas]
     # A Lease left by an earlier module's serve may be held for its duration (15 s).
     holder = wait_for(
-        lambda: next((n for n in names if pair.holder().startswith(f"{n}_")), ""),
         "one replica holds the Lease",
+        lambda: next((n for n in names if pair.holder().startswith(f"{n}_")), ""),
         timeout=30,
     )
     leader = next(r for r in pair.replicas if r.name == holder)
     follower = next(r for r in pair.replicas if r.name != holder)
-    wait_for(lambda: pair.ingress() == ["10.77.0.1", "10.77.0.2", "10.77.0.3"], "web converges")
+    wait_for("web converges", lambda: pair.ingress() == ["10.77.0.1", "10.77.0.2", "10.77.0.3"])
     assert (leader.leading(), follower.leading()) == (1.0, 0.0)
     assert leader.writes() >= 1
     assert follower.writes() == 0, "only the Lease holder writes status"
@@ -190,22 +190,22 @@ def test_one_holder_writes_and_the_other_takes_over_after_a_sigkill(pair: Pair) 
     leader.process.wait(5)
     killed = time.monotonic()
     wait_for(
-        lambda: pair.holder().startswith(f"{follower.name}_"),
         f"{follower.name} takes the Lease",
+        lambda: pair.holder().startswith(f"{follower.name}_"),
         timeout=TAKEOVER_BOUND,
     )
     took = time.monotonic() - killed
     assert took <= TAKEOVER_BOUND, took
     assert pair.lease()["leaseTransitions"] == transitions + 1
-    wait_for(lambda: follower.leading() == 1.0, "the new holder reports leadership")
+    wait_for("the new holder reports leadership", lambda: follower.leading() == 1.0)
 
     # A change made after the kill converges through the new leader.
     node = f"le-{pair.run}-3"
     labelled = pair.kubectl("label", "node", node, f"{EXCLUDE}=")
     assert labelled.returncode == 0, labelled.stderr
     wait_for(
-        lambda: pair.ingress() == ["10.77.0.1", "10.77.0.2"],
         "the excluded node leaves web after the failover",
+        lambda: pair.ingress() == ["10.77.0.1", "10.77.0.2"],
     )
     assert follower.writes() >= 1
     for replica in pair.replicas:

@@ -28,7 +28,7 @@ import pytest
 from tests.controlplane import faults
 from tests.controlplane.build import Binaries
 from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
-from tests.controlplane.serving import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -94,7 +94,7 @@ def test_compaction_expires_old_revisions_and_a_continue_token(plane: ControlPla
         answer.update(code=code, body=body)
         return code == 410
 
-    wait_for(expired, "the continue token expires", timeout=30)
+    wait_for("the continue token expires", expired, timeout=30)
     body = answer["body"]
     assert (body["reason"], body["code"]) == ("Expired", 410)
     assert body["message"].startswith(CONTINUE_EXPIRED)
@@ -126,7 +126,7 @@ def test_apf_rejects_with_retry_after(plane: ControlPlane) -> None:
                 thread.join()
             return any(code == 429 for code, _ in answers)
 
-        wait_for(burst, "a 429 in a burst of concurrent requests", timeout=30)
+        wait_for("a 429 in a burst of concurrent requests", burst, timeout=30)
         rejected = [body for code, body in answers if code == 429]
         assert rejected[0] == "Too many requests, please try again later.\n"
     finally:

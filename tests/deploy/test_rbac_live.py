@@ -39,6 +39,7 @@ from tests.deploy.render import (
 )
 from tests.deploy.tlsprobe import presented_certificate
 from tests.fakeapi.server import FakeApiServer
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tests" / "data" / "cases" / "kind-4node" / "cluster.yaml"
@@ -47,12 +48,6 @@ STORE = {kind: f"{kind.lower()}s.admissionregistration.k8s.io" for kind in KINDS
 TEST_AGENT = "deploy-test"  # User-Agent of this test's own requests (not checked)
 SCRAPER = "system:serviceaccount:monitoring:prometheus"
 ANNOTATION = "io.cilium.nodeipam/match-node-labels"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Replica:

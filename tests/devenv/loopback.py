@@ -51,12 +51,12 @@ from tests.devenv.session import (
     Session,
     apply,
     drain,
-    free_port,
     read_line,
     show,
     show_result,
     wait_until,
 )
+from tests.support.ports import free_port
 
 LOOPBACK = "127.0.0.1"
 ApiKind = Literal["auto", "fake", "controlplane"]

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -154,13 +153,6 @@ class Session:
             return ""
         errors = [line for line in tail.splitlines() if line.startswith("node-ipam-lb ")]
         return errors[-1].strip() if errors else ""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def read_line(process: Any, *, timeout: float, what: str) -> str:

@@ -17,8 +17,9 @@ from app.kube.client import (
     connect,
     pod_field_selector,
 )
-from tests.controller.support import free_port, node, wait_until
+from tests.controller.support import node, wait_until
 from tests.fakeapi.server import FakeApiServer
+from tests.support.ports import free_port
 
 
 def test_no_server_is_an_api_error_with_status_0() -> None:

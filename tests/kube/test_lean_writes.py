@@ -23,9 +23,9 @@ import trustme
 
 import app.kube.client as client_module
 from app.kube.client import ApiError, KubernetesAPI
-from bench.bench_requests import event_body
 from tests.controlplane.plane import ControlPlane
 from tests.fakeapi.server import FakeApiServer
+from tests.support.objects import event_body
 
 STATUS = {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1", "ipMode": "VIP"}]}}}
 

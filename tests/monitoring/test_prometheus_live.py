@@ -22,19 +22,12 @@ import yaml
 
 from tests.controlplane.build import PrometheusBinaries
 from tests.controlplane.plane import ControlPlane
-from tests.controlplane.serving import (
-    CLASS,
-    apply_deploy,
-    free_port,
-    start_serve,
-    stop,
-    tls,
-    wait_for,
-    wait_ready,
-)
+from tests.controlplane.serving import CLASS, apply_deploy, start_serve, stop, tls, wait_ready
 from tests.monitoring import generate
 from tests.monitoring.promql import exposed_names, grafana_to_promql, metric_names
 from tests.monitoring.render import render
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -72,7 +65,7 @@ def bind_reader(plane: ControlPlane, namespace: str, name: str) -> str:
         got = plane.kubectl("auth", "can-i", "get", "/metrics", "--as", user, check=False)
         return got.stdout.strip() == "yes"
 
-    wait_for(allowed, f"RBAC lets {user} get /metrics")
+    wait_for(f"RBAC lets {user} get /metrics", allowed)
     return plane.token_for(namespace, name)
 
 
@@ -167,13 +160,13 @@ def test_a_pending_service_fires_its_alert_in_a_real_prometheus(
             except httpx.HTTPError:
                 return False
 
-        wait_for(ready, "prometheus ready")
+        wait_for("prometheus ready", ready)
 
         def scraped() -> Any:
             targets = api(prom_url, "/api/v1/targets")["activeTargets"]  # [] until discovered
             return next((t for t in targets if t["health"] == "up"), None)
 
-        active = wait_for(scraped, "the target scraped with the bearer token")
+        active = wait_for("the target scraped with the bearer token", scraped)
         assert active["lastError"] == ""
 
         def ours(state: str) -> dict[str, Any] | None:
@@ -183,9 +176,9 @@ def test_a_pending_service_fires_its_alert_in_a_real_prometheus(
                     return alert if alert["state"] == state else None
             return None
 
-        wait_for(lambda: ours("pending"), f"{ALERT} pending", timeout=30)
+        wait_for(f"{ALERT} pending", lambda: ours("pending"), timeout=30)
         pending_seen = time.monotonic()
-        firing = wait_for(lambda: ours("firing"), f"{ALERT} firing", timeout=FOR + 20)
+        firing = wait_for(f"{ALERT} firing", lambda: ours("firing"), timeout=FOR + 20)
         took = time.monotonic() - pending_seen
         print(f"\n{ALERT} firing {took:.1f} s after it was seen pending (for: {FOR}s):")
         print(json.dumps(firing, indent=2))

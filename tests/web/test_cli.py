@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from app.cli import cli
 from app.config import Settings
 from app.server import StartupError, leader_identity, listen, tls_context
-from tests.controller.support import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,6 @@ import ssl
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,28 +25,13 @@ import pytest
 from tests.controller.support import distinct_port
 from tests.fakeapi.server import FakeApiServer
 from tests.kubectl import kubectl as kubectl_path
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tests/data/cases/kind-4node/cluster.yaml"
 ANNOTATION = "io.cilium.nodeipam/match-node-labels"
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_for(predicate: Any, *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 class Serve:
@@ -90,7 +74,7 @@ class Serve:
             stderr=subprocess.STDOUT,
         )
         self.url = f"https://127.0.0.1:{self.port}"
-        wait_for(self._ready, timeout=60, what=f"serve to be ready\n{self.output()}")
+        wait_for(f"serve to be ready\n{self.output()}", self._ready, timeout=60, interval=0.05)
         self.http = httpx.Client(base_url=self.url, verify=self.context(), timeout=10)
 
     def context(self) -> ssl.SSLContext:
@@ -272,7 +256,7 @@ def test_defaulted_service_gets_node_ingress_from_the_reconciler(
         stored = fake.get("services", "web", "default") or {}
         return stored.get("status", {}).get("loadBalancer", {}).get("ingress")
 
-    got = wait_for(ingress, timeout=30, what="status.loadBalancer.ingress")
+    got = wait_for("status.loadBalancer.ingress", ingress, timeout=30, interval=0.05)
     assert [(e["ip"], e["ipMode"]) for e in got] == [("10.89.0.7", "VIP")]
     # Each entry records the Service's ports (docs/design.md §4.9).
     [stored] = [fake.get("services", "web", "default")]
@@ -358,9 +342,11 @@ def test_in_process_server_without_auth_reloads_rotated_certificates(
             return der
 
     try:
-        wait_for(lambda: uv.started, timeout=30, what="in-process server")
+        wait_for("in-process server", lambda: uv.started, timeout=30, interval=0.05)
         with httpx.Client(base_url=url, verify=client, timeout=10) as http:
-            wait_for(lambda: http.get("/readyz").status_code == 200, timeout=30, what="ready")
+            wait_for(
+                "ready", lambda: http.get("/readyz").status_code == 200, timeout=30, interval=0.05
+            )
             item = http.get("/preview/default/nginx-two-nodes").json()
             # Its selector picks these two; nginx-cluster owns TCP/80 there (§4.9).
             assert [n["name"] for n in item["nodes"] if n["code"] == "PortInUse"] == [

@@ -40,9 +40,11 @@ from app.core.views import canonical_ip
 from app.preview.run import run_preview
 from tests.controlplane.build import Binaries
 from tests.controlplane.plane import ControlPlane
-from tests.controlplane.serving import ROOT, free_port, stop, tls, wait_for
+from tests.controlplane.serving import ROOT, stop, tls
 from tests.peers.cilium.clusters import CLASS, Cluster
 from tests.peers.cilium.peer import CiliumNodeIpam, wait_quiet
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 IDENTICAL = "identical"
 RULES = {
@@ -463,7 +465,7 @@ class Serve:
             except httpx.HTTPError:
                 return False
 
-        wait_for(up, "serve answers /readyz", timeout=180)  # 4 at once at load 20: > 60 s
+        wait_for("serve answers /readyz", up, timeout=180)  # 4 at once at load 20: > 60 s
         return self
 
     def tail(self) -> str:

@@ -19,9 +19,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Self
 
-from bench.realapi import request_counts
-from tests.controlplane.plane import ControlPlane, _Server, _tail
+from tests.controlplane.metrics import request_counts
+from tests.controlplane.plane import ControlPlane
 from tests.peers.cilium.build import NAME, build_peer, cilium_version, find_peer
+from tests.support.processes import Server, tail
 
 MODES = ("lbipam", "nodeipam")  # --default-lb-service-ipam values the tests run
 OPERATOR_QPS, OPERATOR_BURST = 100, 200  # cilium-operator's --k8s-client-qps/-burst defaults
@@ -41,9 +42,9 @@ class PeerError(RuntimeError):
 
 def status_requests(plane: ControlPlane) -> int:
     """The API server's ``apiserver_request_total`` for ``services/status``, every verb
-    and code summed (:func:`bench.realapi.request_counts`): one count per status read or
-    write anyone made. A scrape costs the server ~50 ms of CPU, so callers scrape only
-    once what they wait for is otherwise done. Raises ``RuntimeError`` if ``/metrics``
+    and code summed (:func:`tests.controlplane.metrics.request_counts`): one count per
+    status read or write anyone made. A scrape costs the server ~50 ms of CPU, so callers
+    scrape only once what they wait for is otherwise done. Raises ``RuntimeError`` if ``/metrics``
     fails."""
     status, body = plane.request("GET", "/metrics")
     if status != 200 or not isinstance(body, str):
@@ -114,7 +115,7 @@ class CiliumNodeIpam:
         ]
         self.log_path = (workdir or plane.workdir) / f"{NAME}-{default_lb_service_ipam}.log"
         self.proc: subprocess.Popen[bytes] | None = None
-        self._server: _Server | None = None
+        self._server: Server | None = None
         self._offset = 0
         self._reconciled: set[str] = set()
 
@@ -124,7 +125,7 @@ class CiliumNodeIpam:
         binary = self.binary or find_peer() or build_peer()
         # tests/controlplane's child process: own session, log file, SIGKILLed with the
         # starting thread (start it from the main thread), SIGTERM then SIGKILL to stop.
-        self._server = _Server(NAME, [str(binary), *self.args], self.log_path)
+        self._server = Server(NAME, [str(binary), *self.args], self.log_path)
         self._server.start()
         self.proc = self._server.proc
         deadline = time.monotonic() + timeout
@@ -193,7 +194,7 @@ class CiliumNodeIpam:
         self._server, self.proc = None, None
 
     def _explain(self, what: str) -> str:
-        return f"{NAME} ({self.version}) {what}; log {self.log_path}:\n{_tail(self.log_path)}"
+        return f"{NAME} ({self.version}) {what}; log {self.log_path}:\n{tail(self.log_path)}"
 
     def __enter__(self) -> Self:
         return self.start()
