@@ -6,6 +6,10 @@ or ``iptables``. A module that overrides it with a parametrised fixture
 (``params=PROXY_MODES``) gets one cluster per mode, one after the other (pytest groups a
 module-scoped parameter's tests), and its tests run once in each.
 
+The module fixtures ``backend`` and ``release`` (``release.py``: the backend Deployment with
+the three Services, then node-ipam-lb installed by Helm) build on it; ``live/conftest.py``
+makes all four package fixtures, so live/'s modules share one cluster, in order.
+
 Its tests are marked ``controlplane`` (through ``control_plane_binaries``) and
 ``cluster``. The images are built after collection (outside every test's timeout) when
 they are not cached; the first test that sets up the cluster, and the first that sets
@@ -18,23 +22,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.cluster import PROXY_MODES
-from tests.cluster.cluster import Cluster, leftovers, missing_prerequisites, purge_abandoned
+from tests.cluster.cluster import Cluster, missing_prerequisites, purge_abandoned
+from tests.cluster.helpers import configured_proxy_mode, running_cluster
 from tests.cluster.images import Images, build_images, find_images
+from tests.cluster.release import install_backend, install_release
 from tests.controlplane.build import Binaries, ControlPlaneUnavailable
 from tests.controlplane.pytest_plugin import REQUIRE_ENV
 
 FIXTURE = "cluster"
 FIXTURES = (FIXTURE, "cluster_images", "cluster_prerequisites")
-NODES = 3
 # Bringing the cluster up (~30-60 s on the 2-core machine) and installing the release
 # (~15-50 s) run in the setup of the first test that needs each.
 FIRST_TEST_TIMEOUT = 300
 LONG_FIXTURES = (FIXTURE, "release")
-PROXY_MODE_ENV = "NODE_IPAM_CLUSTER_PROXY_MODE"
 _IMAGES_ERROR = pytest.StashKey[str]()
 
 
@@ -116,10 +120,7 @@ def proxy_mode() -> str:
     """kube-proxy's mode for the module's cluster: ``$NODE_IPAM_CLUSTER_PROXY_MODE`` (one
     of ``PROXY_MODES``) or ``iptables``. Override it in a module (``params=PROXY_MODES``)
     to run that module's tests in every mode."""
-    mode = os.environ.get(PROXY_MODE_ENV, "iptables")
-    if mode not in PROXY_MODES:
-        pytest.fail(f"{PROXY_MODE_ENV}={mode!r} is not one of {PROXY_MODES}", pytrace=False)
-    return mode
+    return configured_proxy_mode()
 
 
 @pytest.fixture(scope="module")
@@ -132,9 +133,18 @@ def cluster(
     """A :class:`~tests.cluster.cluster.Cluster` of ``NODES`` nodes for one test module
     (kube-proxy in ``proxy_mode``); after it is stopped, nothing of it may be left
     (:func:`leftovers`)."""
-    running = Cluster(
-        NODES, binaries=control_plane_binaries, images=cluster_images, proxy_mode=proxy_mode
-    )
-    with running:
-        yield running
-    assert leftovers(running.id, running.workdir) == []
+    yield from running_cluster(control_plane_binaries, cluster_images, proxy_mode)
+
+
+@pytest.fixture(scope="module")
+def backend(cluster: Cluster) -> Cluster:
+    """The backend Deployment (3 replicas, one per node) and the three Services of
+    ``release.SERVICES`` on the module's cluster, before node-ipam-lb is installed."""
+    return install_backend(cluster)
+
+
+@pytest.fixture(scope="module")
+def release(backend: Cluster, helm: Path) -> Cluster:
+    """node-ipam-lb installed by ``helm install`` on the module's cluster
+    (:func:`~tests.cluster.release.install_release`)."""
+    return install_release(backend, helm)

@@ -1,5 +1,5 @@
 """What the cluster test modules share (tests/cluster/README.md): ``kubectl`` against the
-cluster, polling (:func:`wait_for`), the backend and Service manifests, the Helm release,
+cluster, the backend and Service manifests, the Helm release,
 and requests from the client namespace to published addresses with who answered them.
 
 The Services here are of our class (``io.cilium/node``) and dual-stack; the backend is the
@@ -12,17 +12,20 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cluster.cluster import Cluster
-from tests.cluster.images import BACKEND_IMAGE
+from tests.cluster import PROXY_MODES
+from tests.cluster.cluster import Cluster, leftovers
+from tests.cluster.images import BACKEND_IMAGE, Images
 from tests.cluster.traffic import http_get, in_netns, parse_answer
+from tests.controlplane.build import Binaries
 from tests.deploy.helmchart import CHART, RELEASE, run
 
 NAMESPACE = "node-ipam-lb"
@@ -37,6 +40,9 @@ CLASS = "io.cilium/node"
 SELECTOR = "io.cilium.nodeipam/match-node-labels"
 
 
+NODES = 3
+"""Nodes of the cluster the fixture ``cluster`` brings up."""
+PROXY_MODE_ENV = "NODE_IPAM_CLUSTER_PROXY_MODE"
 FIGURES: dict[str, Any] = {}
 
 
@@ -44,28 +50,6 @@ def figure(name: str, value: Any) -> None:
     """Record and print a measured figure (collected in ``FIGURES``)."""
     FIGURES[name] = value
     print(f"\nmeasured: {name} = {value}")
-
-
-def wait_for(
-    what: str,
-    check: Callable[[], Any],
-    *,
-    timeout: float = 90,
-    interval: float = 0.5,
-    explain: Callable[[], str] | None = None,
-) -> Any:
-    """Poll ``check()`` until it returns something truthy; return it. Fails the test with
-    ``what`` and the last value after ``timeout`` seconds, and what ``explain()`` says
-    then (the state that kept the condition false: a Service's status and Events)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    said = f"\n{explain()}" if explain is not None else ""
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}{said}")
 
 
 def kubectl_json(cluster: Cluster, *args: str) -> Any:
@@ -361,3 +345,24 @@ def pod_ready(cluster: Cluster, namespace: str, name: str) -> None:
         "--timeout=100s",
         timeout=110,
     )
+
+
+# -- the fixture ``cluster`` (conftest.py, live/conftest.py) -----------------------------
+
+
+def configured_proxy_mode() -> str:
+    """``$NODE_IPAM_CLUSTER_PROXY_MODE`` (one of ``PROXY_MODES``) or ``iptables``."""
+    mode = os.environ.get(PROXY_MODE_ENV, "iptables")
+    if mode not in PROXY_MODES:
+        pytest.fail(f"{PROXY_MODE_ENV}={mode!r} is not one of {PROXY_MODES}", pytrace=False)
+    return mode
+
+
+def running_cluster(binaries: Binaries, images: Images, proxy_mode: str) -> Iterator[Cluster]:
+    """A :class:`~tests.cluster.cluster.Cluster` of ``NODES`` nodes (kube-proxy in
+    ``proxy_mode``) while the generator runs; after it is stopped, nothing of it may be
+    left (:func:`leftovers`)."""
+    running = Cluster(NODES, binaries=binaries, images=images, proxy_mode=proxy_mode)
+    with running:
+        yield running
+    assert leftovers(running.id, running.workdir) == []

@@ -3,8 +3,8 @@ namespace behind the ``kube-dns`` Service, and the DNS name of a Service's publi
 addresses, ``<service>.<namespace>.lb.example.org`` (CoreDNS's ``k8s_external``), as a
 user of node-ipam-lb reaches it.
 
-This module's cluster gets what test_cluster_live.py's gets (its ``backend`` and
-``release`` fixtures: the backend Deployment, the three Services, ``helm install``).
+This module's cluster gets what live/'s gets (the fixtures ``backend`` and ``release``,
+conftest.py: the backend Deployment, the three Services, ``helm install``).
 Measured figures are printed (``-s``); the bound asserted is the one DNS gives: a client
 that honours the TTL stops using an address at most the cache's hold plus the record's
 TTL after the Service's status dropped it.
@@ -16,10 +16,9 @@ import time
 
 import pytest
 
-from tests.cluster import test_cluster_live as live
 from tests.cluster.cluster import Cluster, Node
-from tests.cluster.helpers import APP, figure, kubectl, kubectl_json, wait_for
-from tests.cluster.test_cluster_live import (
+from tests.cluster.helpers import APP, figure, kubectl, kubectl_json
+from tests.cluster.release import (
     INTERNAL_NODES,
     SERVICES,
     ingress_ips,
@@ -34,11 +33,8 @@ from tests.cluster.traffic import (
     parse_answer,
     resolve,
 )
+from tests.support.waiting import wait_for
 
-# test_cluster_live.py's module fixtures, set up again on this module's cluster: the
-# backend Deployment with the three Services, then the Helm release publishing them.
-backend = live.backend
-release = live.release
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 
 
@@ -159,6 +155,7 @@ def test_the_answer_follows_an_ingress_change_within_the_ttl(release: Cluster) -
             "the prober to send to every address of the answer",
             lambda: len({ip for ip, _ in prober.result.answered_by}) == 4,
             timeout=30,
+            interval=0.5,
         )
         changed = time.monotonic()
         select_nodes(cluster, name, "kubernetes.io/hostname in (node-2)")
@@ -202,7 +199,7 @@ def test_the_answer_follows_an_ingress_change_within_the_ttl(release: Cluster) -
     assert all(
         any(what.startswith(f"{ip}:{port}:") for ip in dropped) for what in failed_meanwhile
     ), failed_meanwhile[:10]
-    # Back as test_cluster_live's Services are: node-1 and node-2; the answer follows.
+    # Back as release.py's SERVICES are: node-1 and node-2; the answer follows.
     back = time.monotonic()
     select_nodes(cluster, name, INTERNAL_NODES)
     wait_for(

@@ -38,15 +38,13 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import test_cluster_live as live
 from tests.cluster.cluster import Cluster, Node
 from tests.cluster.faults import cut_network, isolate_pod_port, stopped_kube_proxy
-from tests.cluster.helpers import APP, NAMESPACE, figure, kubectl, kubectl_json, wait_for
-from tests.cluster.test_cluster_live import helm_upgrade, ingress_ips, lease_holder
+from tests.cluster.helpers import APP, NAMESPACE, figure, kubectl, kubectl_json
+from tests.cluster.release import helm_upgrade, ingress_ips, lease_holder
 from tests.cluster.traffic import DnsProber, in_netns, resolve
+from tests.support.waiting import wait_for
 
-backend = live.backend
-release = live.release
 SERVICE, PORT = "web-internal", 8081
 OFF_WINDOW = 20.0
 """Seconds a fault is watched with health checks off (nothing is expected to leave)."""
@@ -72,7 +70,7 @@ def fault_node(cluster: Cluster) -> Node:
         found[:] = [pods, hosts]
         return len(hosts) == 1
 
-    wait_for("the Lease holder among the running Pods", leader_is_running, timeout=60)
+    wait_for("the Lease holder among the running Pods", leader_is_running, timeout=60, interval=0.5)
     pods, (leader_host,) = found
     hosts = {p["spec"].get("nodeName") for p in pods}
     candidates = [n for n in cluster.nodes if n.name in ("node-1", "node-2")]
@@ -218,6 +216,7 @@ def healed(cluster: Cluster, node: Node) -> None:
         f"{node.name}'s addresses back in {SERVICE}",
         lambda: addresses <= set(ingress_ips(cluster, SERVICE)),
         timeout=120,
+        interval=0.5,
     )
     wait_for(
         f"{node.name}'s addresses back in the DNS answer",
@@ -263,6 +262,7 @@ def test_with_health_checks_on_a_failing_node_leaves_and_comes_back(
         "every node published after the upgrade",
         lambda: len(ingress_ips(release, SERVICE)) == 4,
         timeout=120,
+        interval=0.5,
     )
     for scenario, fault in SCENARIOS.items():
         node = fault_node(release)
@@ -289,7 +289,12 @@ def test_with_health_checks_on_a_failing_node_leaves_and_comes_back(
 
     with Watch(release, fault_node(release)) as watch, controller_cut_off(release):
         try:
-            held = wait_for("the most-fail hold in the leader's log", hold_logged, timeout=ON_BOUND)
+            held = wait_for(
+                "the most-fail hold in the leader's log",
+                hold_logged,
+                timeout=ON_BOUND,
+                interval=0.5,
+            )
         finally:
             print(f"{pod} (Lease holder {lease_holder(release)}), last health lines: {seen}")
         held_after = round(time.monotonic() - watch.start, 1)

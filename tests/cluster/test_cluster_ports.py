@@ -64,8 +64,8 @@ from tests.cluster.helpers import (
     service_manifest,
     service_story,
     team_backend,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 # Each scenario rolls out Pods and waits for the reconciler and for kube-proxy on a loaded
 # 2-core machine.
@@ -159,6 +159,7 @@ def published(
             lambda: (found := ingress_of(cluster, namespace, name)) == expected and found,
             timeout=60,
             explain=explain,
+            interval=0.5,
         )
     )
 
@@ -204,7 +205,9 @@ def test_kube_proxy_runs_in_the_mode_the_cluster_states(release: Cluster) -> Non
         lines = [json.loads(line) for line in text.splitlines() if "kube-proxy mode" in line]
         return [line for line in lines if line.get("mode") == mode]
 
-    seen = wait_for(f"node-ipam-lb to log kube-proxy mode {mode}", mode_lines, timeout=30)
+    seen = wait_for(
+        f"node-ipam-lb to log kube-proxy mode {mode}", mode_lines, timeout=30, interval=0.5
+    )
     figure(f"{mode}: node-ipam-lb's kube-proxy mode lines", seen)
 
 
@@ -244,6 +247,7 @@ def test_a_host_port_pod_keeps_its_node_out_of_another_teams_service(
             f"node-1:{HOST_PORT} (both families) to answer from the hostPort Pod (portmap)",
             lambda: all_from(requests_to(release, targets, 1), {"host-port-holder"}),
             timeout=30,
+            interval=0.5,
         )
         apply(release, pinned("team-b", "on-host-port", HOST_PORT))
         created = time.monotonic()
@@ -252,6 +256,7 @@ def test_a_host_port_pod_keeps_its_node_out_of_another_teams_service(
             lambda: port_in_use(release, "team-b", "on-host-port"),
             timeout=60,
             explain=explain,
+            interval=0.5,
         )
         figure(
             f"{mode}: hostPort: created -> PortInUse Event (s)",
@@ -350,6 +355,7 @@ def test_a_host_network_daemon_set_is_published_on_its_own_nodes(
             lambda: all(isinstance(a, dict) for _, a in requests_to(release, targets, 1)),
             timeout=30,
             explain=explain,
+            interval=0.5,
         )
         owner = {ip: n.name for n in nodes for ip in (n.ipv4, n.ipv6)}
         served: list[tuple[str, Answer]] = []
@@ -366,6 +372,7 @@ def test_a_host_network_daemon_set_is_published_on_its_own_nodes(
                 spread,
                 timeout=30,
                 explain=lambda: f"answered: {by_whom(served)}\n{explain()}",
+                interval=0.5,
             )
         served += requests_to(release, targets, 4)
         figure(f"{mode}: {name}'s addresses answered by", by_whom(served))
@@ -401,6 +408,7 @@ def test_a_port_added_to_a_published_service_does_not_take_it_from_its_owner(
             lambda: all_from(requests_to(release, targets, 1), teams["team-b"]),
             timeout=30,
             explain=explain,
+            interval=0.5,
         )
         kubectl(
             release, "-n", "team-a", "patch", "service", "x", "--type=json", "-p",
@@ -413,10 +421,14 @@ def test_a_port_added_to_a_published_service_does_not_take_it_from_its_owner(
             lambda: ingress_of(release, "team-a", "x") == [],
             timeout=60,
             explain=explain,
+            interval=0.5,
         )
         figure(f"{mode}: X patched -> X lost node-1 (s)", round(time.monotonic() - patched, 1))
         event = wait_for(
-            "X's PortInUse Event", lambda: port_in_use(release, "team-a", "x"), timeout=30
+            "X's PortInUse Event",
+            lambda: port_in_use(release, "team-a", "x"),
+            timeout=30,
+            interval=0.5,
         )
         figure(f"{mode}: X's PortInUse Event", event)
         assert y in event, f"{event}\n{explain()}"
@@ -452,6 +464,7 @@ def test_a_service_that_publishes_nothing_claims_none_of_its_ports(
             lambda: port_in_use(release, "team-a", "b"),
             timeout=60,
             explain=explain,
+            interval=0.5,
         )
         figure(f"{mode}: B's PortInUse Event", event)
         assert a in event, f"{event}\n{explain()}"
@@ -467,6 +480,7 @@ def test_a_service_that_publishes_nothing_claims_none_of_its_ports(
             ),
             timeout=30,
             explain=explain,
+            interval=0.5,
         )
         assert ingress_of(release, "team-a", "b") == [], explain()
         assert ingress_of(release, "team-a", "a") == expected, explain()

@@ -1,6 +1,6 @@
 """``python -m tests.devenv --api cluster --once``, the newcomer's walk-through, as a
-newcomer runs it on this machine: a cluster of its own (not the module fixture of
-test_cluster_live.py), the chart installed as deploy/README.md says, the kind example's
+newcomer runs it on this machine: a cluster of its own (not the fixture of
+live/), the chart installed as deploy/README.md says, the kind example's
 Services with a backend, a denial, a preview, an answer to a request from the client
 namespace for every published address, and nothing left once it returns."""
 

@@ -102,7 +102,7 @@ def example_backend(*, replicas: int, image: str) -> dict[str, Any]:
     """The Pods behind the example's Services (``app: nginx-pod``, namespace
     ``default``): ``image`` is tests/cluster's backend (it answers ``pod=… node=…
     version=… client=…``; POD_NAME and NODE_NAME from the downward API, as
-    tests/cluster/test_cluster_live.py's backend), one replica per node at most
+    tests/cluster/helpers.py's backend_manifest), one replica per node at most
     (spread over ``kubernetes.io/hostname``), so an ``externalTrafficPolicy: Local``
     Service has an endpoint on every node."""
     labels = {"app": "nginx-pod"}
