@@ -29,7 +29,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Start the cluster, write the kubeconfig, print the two lines, run until signalled."""
-    from tests.cluster.cluster import Cluster, ClusterError, abandoned
+    from tests.cluster.cleanup import abandoned
+    from tests.cluster.cluster import Cluster
+    from tests.cluster.netns import ClusterError
     from tests.controlplane.build import ControlPlaneUnavailable
 
     left = abandoned()
@@ -104,7 +106,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_purge(args: argparse.Namespace) -> int:
     """Remove the remains of clusters whose owner process died (see purge_abandoned)."""
-    from tests.cluster.cluster import abandoned, leftovers, purge_abandoned
+    from tests.cluster.cleanup import abandoned, leftovers, purge_abandoned
 
     if args.dry_run:
         for cluster_id, workdir in abandoned():

@@ -30,135 +30,62 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import fcntl
-import hashlib
-import http.client
-import ipaddress
 import json
 import os
 import secrets
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tests.cluster import PROXY_MODES
+from tests.cluster.cleanup import (
+    CONTAINER_LOGS,
+    OWNER_FILE,
+    _cni_cache_entries,
+    _remove_cgroups,
+    _unmount_under,
+)
+from tests.cluster.dns import (
+    CLUSTER_DOMAIN,
+    DNS_PORT,
+    DNS_SERVICE_IP,
+    EXTERNAL_TTL,
+    EXTERNAL_ZONE,
+    ClusterDns,
+)
 from tests.cluster.images import Images, build_images
-from tests.controlplane.build import Binaries, build, cache_root
+from tests.cluster.netns import (
+    POD_CIDRS,
+    PREFIX,
+    ClusterError,
+    Member,
+    Node,
+    _add_pod_routes,
+    _canonical,
+    _free_segment,
+    _in_ns,
+    _link_exists,
+    _net_lock,
+    _ns_run,
+    _run,
+    _v6_prefix,
+)
+from tests.cluster.nodes import CNI_BIN, CNI_PLUGINS, NodeProcesses, kube_proxy_config_conf
+from tests.controlplane.build import Binaries, build
 from tests.controlplane.plane import ControlPlane
 from tests.support.processes import Server, tail
 
-PREFIX = "nilb"
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-NETNS_DIR = Path("/run/netns")
-CNI_BIN = Path("/usr/lib/cni")
-CNI_PLUGINS = ("bridge", "host-local", "portmap")  # the chain every node's CNI config runs
-CNI_CACHE = Path("/var/lib/cni/results")
-CONTAINER_LOGS = Path("/var/log/containers")
-SHIM_SOCKETS = Path("/run/containerd/s")
-POD_CIDRS = ("10.244.0.0/16", "fd00:10:244::/56")
 SERVICE_CIDRS = ("10.96.0.0/16", "fd00:10:96::/108")
+
+
 API_PORT = 6443
-# Cluster DNS: CoreDNS in the control plane's namespace (README.md here says why not a Pod).
-CLUSTER_DOMAIN = "cluster.local"
-DNS_SERVICE_IP = "10.96.0.10"  # kubeadm's choice: the 10th address of the Service CIDR
-DNS_PORT = 53
-EXTERNAL_ZONE = "lb.example.org"  # k8s_external: <service>.<namespace>.<zone>
-EXTERNAL_TTL = 5  # seconds, stated in the Corefile (also k8s_external's default)
-COREDNS_HEALTH_PORT, COREDNS_READY_PORT = 8080, 8181
-COREDNS_USER = "system:coredns"
-# What CoreDNS's kubernetes plugin reads with `pods disabled` (the default) and no
-# multicluster zone: it lists and watches Services, EndpointSlices and Namespaces.
-COREDNS_RULES = [
-    {"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-     "verbs": ["list", "watch"]},
-]  # fmt: skip
-# kubelet writes these (container_manager_linux.go setupKernelTunables) unless they hold
-# these values already; they are not per network namespace. Its mount namespace gets
-# files with these values bound over them, so the machine's own stay as they are.
-KUBELET_SYSCTLS = {
-    "vm/overcommit_memory": "1",
-    "vm/panic_on_oom": "0",
-    "kernel/panic": "10",
-    "kernel/panic_on_oops": "1",
-    "kernel/keys/root_maxkeys": "1000000",
-    "kernel/keys/root_maxbytes": "25000000",
-}
-MNT_DETACH = 2
-OWNER_FILE = "owner.pid"  # in the work dir: the process that made the cluster
 
 
-class ClusterError(RuntimeError):
-    """A step of bringing the cluster up failed; the message says which and why."""
-
-
-def _run(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        list(args), capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if check and result.returncode != 0:
-        raise ClusterError(f"{' '.join(args)}: exit {result.returncode}: {result.stderr.strip()}")
-    return result
-
-
-def _in_ns(netns: str, *args: str) -> list[str]:
-    """``nsenter --net`` only (the mount namespace stays the machine's: kubelet's mounts
-    must be visible to runc, which containerd starts there)."""
-    return ["nsenter", f"--net={NETNS_DIR / netns}", "--", *args]
-
-
-def _ns_run(netns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return _run(*_in_ns(netns, *args), check=check)
-
-
-class Member:
-    """One network namespace on the segment: its name, addresses and interface."""
-
-    def __init__(self, cluster_id: str, name: str, host_octet: int, v4_prefix: str) -> None:
-        self.name = name
-        self.netns = f"{cluster_id}-{name}"
-        self.ipv4 = f"{v4_prefix}.{host_octet}"
-        self.ipv6 = _canonical(f"{_v6_prefix(v4_prefix)}::{host_octet}")
-        self.external_ipv4: str | None = None
-        self.external_ipv6: str | None = None
-
-
-def _canonical(address: str) -> str:
-    """RFC 5952 text (``fd00:123:0::11`` -> ``fd00:123::11``), as the API shows it."""
-    return str(ipaddress.ip_address(address))
-
-
-def _v6_prefix(v4_prefix: str) -> str:
-    """``10.123.7`` -> ``fd00:123:7``: the segment's IPv6 /64 mirrors its IPv4 /24."""
-    _, second, third = v4_prefix.split(".")
-    return f"fd00:{second}:{third}"
-
-
-class Node(Member):
-    """A node namespace and the processes and paths of its kubelet and runtime."""
-
-    def __init__(self, cluster_id: str, index: int, v4_prefix: str, workdir: Path) -> None:
-        super().__init__(cluster_id, f"node-{index}", 10 + index, v4_prefix)
-        self.index = index
-        self.dir = workdir / "nodes" / self.name
-        self.cgroup_root = f"/{cluster_id}-{self.name}"
-        self.socket = self.dir / "containerd.sock"
-        self.kubelet_root = self.dir / "kubelet"
-        self.pod_cidrs: list[str] = []
-        self.processes: dict[str, Server] = {}
-        self.error: BaseException | None = None
-        self.small_images = threading.Event()
-        self.importer = threading.Thread()
-
-
-class Cluster:
+class Cluster(ClusterDns, NodeProcesses):
     """The cluster; use as a context manager or call :meth:`start` / :meth:`stop`.
 
     After :meth:`start`: ``url`` (``https://<seg>.2:6443``), ``kubeconfig_path`` (admin,
@@ -524,78 +451,12 @@ class Cluster:
         self._start_kube_proxy(cp, self.workdir / "cp", "control-plane", binaries, self._servers)
         self._start_cluster_dns(binaries)
 
-    def external_name(self, service: str, namespace: str) -> str:
-        """``<service>.<namespace>.<external_zone>``: the name CoreDNS answers with the
-        Service's ``status.loadBalancer.ingress`` IPs (and ``spec.externalIPs``)."""
-        return f"{service}.{namespace}.{self.external_zone}"
-
-    # -- cluster DNS ---------------------------------------------------------------------
-    def _start_cluster_dns(self, binaries: Binaries) -> None:
-        """CoreDNS as a process in the control plane's namespace, on ``<seg>.2:53``, with a
-        client certificate of its own (``system:coredns``, bound to :data:`COREDNS_RULES`);
-        the ``kube-dns`` Service (``10.96.0.10``, no selector) and an EndpointSlice for it
-        pointing at that address, so Pods reach it through kube-proxy like any Service."""
-        assert self.plane is not None and self.cp is not None
-        cp = self.cp
-        self._create("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": COREDNS_USER}, "rules": COREDNS_RULES,
-        })  # fmt: skip
-        self._create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": COREDNS_USER},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": COREDNS_USER},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                          "name": COREDNS_USER}],
-        })  # fmt: skip
-        labels = {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
-        ports = [("dns", "UDP"), ("dns-tcp", "TCP")]
-        self._create("/api/v1/namespaces/kube-system/services", {
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": labels},
-            "spec": {"clusterIP": DNS_SERVICE_IP, "ports": [
-                {"name": name, "port": DNS_PORT, "targetPort": DNS_PORT, "protocol": protocol}
-                for name, protocol in ports]},
-        })  # fmt: skip
-        self._create("/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", {
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": "kube-dns-control-plane", "namespace": "kube-system",
-                         "labels": {**labels, "kubernetes.io/service-name": "kube-dns",
-                                    "endpointslice.kubernetes.io/managed-by": "tests.cluster"}},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [cp.ipv4], "conditions": {"ready": True}}],
-            "ports": [{"name": name, "port": DNS_PORT, "protocol": protocol}
-                      for name, protocol in ports],
-        })  # fmt: skip
-        kubeconfig = self._kubeconfig("coredns", COREDNS_USER)
-        corefile = self.workdir / "cp" / "Corefile"
-        corefile.parent.mkdir(parents=True, exist_ok=True)
-        corefile.write_text(
-            corefile_text(cp.ipv4, kubeconfig, CLUSTER_DOMAIN, EXTERNAL_ZONE, EXTERNAL_TTL)
-        )
-        self._start("coredns", _in_ns(cp.netns, str(binaries.coredns), "-conf", str(corefile)))
-        self.dns_server = (cp.ipv4, DNS_PORT)
-
     def _create(self, collection: str, body: dict[str, Any]) -> None:
         """POST ``body`` to ``collection`` as admin; raises :class:`ClusterError` unless 201."""
         assert self.plane is not None
         status, reply = self.plane.request("POST", collection, body)
         if status != 201:
             raise ClusterError(f"POST {collection} {body['metadata']['name']}: {status} {reply}")
-
-    def _wait_dns_ready(self, timeout: float = 60.0) -> None:
-        """Until CoreDNS's ``ready`` endpoint answers 200 (its kubernetes plugin has
-        listed Services, EndpointSlices and Namespaces)."""
-        assert self.cp is not None
-        deadline = time.monotonic() + timeout
-        while not _http_200(self.cp.ipv4, COREDNS_READY_PORT, "/ready"):
-            self._check_alive()
-            if time.monotonic() > deadline:
-                raise ClusterError(
-                    f"CoreDNS not ready after {timeout:.0f} s; log {self.log_dir / 'coredns.log'}"
-                )
-            time.sleep(0.2)
 
     def _kubeconfig(self, name: str, user: str, groups: Sequence[str] = ()) -> Path:
         assert self.plane is not None
@@ -624,272 +485,6 @@ class Cluster:
                 link.unlink()
                 if target.is_file():
                     shutil.copyfile(target, link)
-
-    def _start_kube_proxy(
-        self, member: Member, directory: Path, hostname: str, binaries: Binaries,
-        into: list[Server] | dict[str, Server],
-    ) -> None:  # fmt: skip
-        directory.mkdir(parents=True, exist_ok=True)
-        kubeconfig = self._kubeconfig(f"kube-proxy-{hostname}", "system:kube-proxy")
-        config = {
-            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
-            "kind": "KubeProxyConfiguration",
-            "clientConnection": {"kubeconfig": str(kubeconfig)},
-            "hostnameOverride": hostname,
-            "bindAddress": member.ipv4,
-            "healthzBindAddress": "0.0.0.0:10256",
-            "metricsBindAddress": "127.0.0.1:10249",
-            "mode": self.proxy_mode,
-            "clusterCIDR": ",".join(POD_CIDRS),
-            # No sysctl outside this network namespace: nf_conntrack_max and the
-            # hashsize are the machine's (maxPerCore/min 0: leave them); the timeouts
-            # are per namespace but left as they are too.
-            "conntrack": {
-                "maxPerCore": 0,
-                "min": 0,
-                "tcpEstablishedTimeout": "0s",
-                "tcpCloseWaitTimeout": "0s",
-                "udpTimeout": "0s",
-                "udpStreamTimeout": "0s",
-            },
-            "iptables": {"localhostNodePorts": False},
-        }
-        path = directory / "kube-proxy.json"
-        path.write_text(json.dumps(config, indent=2))
-        name = "kube-proxy" if isinstance(into, dict) else f"kube-proxy-{hostname}"
-        server = Server(
-            name,
-            _in_ns(member.netns, str(binaries.kube_proxy), f"--config={path}"),
-            self.log_dir / f"kube-proxy-{hostname}.log",
-        )
-        if isinstance(into, dict):
-            into[name] = server
-        else:
-            into.append(server)
-        server.start()
-
-    # -- nodes ---------------------------------------------------------------------------
-    def _start_containerd(self, node: Node) -> None:
-        # containerd's root and state on a tmpfs: the native snapshotter copies every
-        # image per container, and removing those files from disk took ~40 s at stop.
-        (node.dir / "containerd").mkdir(parents=True)
-        _run(
-            "mount", "-t", "tmpfs", "-o", "size=4g,mode=0755", "tmpfs", str(node.dir / "containerd")
-        )
-        for sub in ("containerd/root", "containerd/state", "cni/net.d", "cni-ipam", "runc",
-                    "logs", "kubelet", "opt"):  # fmt: skip
-            (node.dir / sub).mkdir(parents=True, exist_ok=True)
-        assert self.images is not None
-        cri = 'plugins."io.containerd.grpc.v1.cri"'
-        config = f"""version = 2
-root = "{node.dir / "containerd/root"}"
-state = "{node.dir / "containerd/state"}"
-disabled_plugins = [
-  "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.overlayfs",
-  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing",
-]
-[grpc]
-  address = "{node.socket}"
-[ttrpc]
-  address = "{node.socket}.ttrpc"
-[debug]
-  level = "info"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{node.dir / "opt"}"
-[{cri}]
-  sandbox_image = "{self.images.pause_ref}"
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  disable_apparmor = true
-  disable_hugetlb_controller = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [{cri}.containerd]
-    snapshotter = "native"
-    default_runtime_name = "runc"
-    [{cri}.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [{cri}.containerd.runtimes.runc.options]
-        Root = "{node.dir / "runc"}"
-        SystemdCgroup = false
-  [{cri}.cni]
-    bin_dir = "{CNI_BIN}"
-    conf_dir = "{node.dir / "cni/net.d"}"
-    max_conf_num = 1
-"""
-        path = node.dir / "containerd.toml"
-        path.write_text(config)
-        server = Server(
-            "containerd",
-            _in_ns(node.netns, "containerd", f"--config={path}"),
-            self.log_dir / f"containerd-{node.name}.log",
-        )
-        node.processes["containerd"] = server
-        server.start()
-
-    def _containerd_images(self, node: Node, images: Images) -> None:
-        """Wait for the node's containerd, then import every image (thread body)."""
-        try:
-            deadline = time.monotonic() + 60
-            while not node.socket.exists():
-                if node.processes["containerd"].exited() is not None or time.monotonic() > deadline:
-                    log = node.processes["containerd"].log_path
-                    raise ClusterError(f"{node.name}: containerd did not start:\n{tail(log)}")
-                time.sleep(0.1)
-            for archive, ref in images.archives():
-                self._ctr(node, "images", "import", "--snapshotter", "native", str(archive))
-                listed = self._ctr(node, "images", "list", "-q").stdout.split()
-                if ref not in listed:
-                    raise ClusterError(f"{node.name}: {archive} not imported as {ref}: {listed}")
-                if ref == images.backend_ref:
-                    node.small_images.set()
-        except BaseException as err:
-            node.error = err
-
-    def _ctr(self, node: Node, *args: str) -> subprocess.CompletedProcess[str]:
-        return _run("ctr", f"--address={node.socket}", "--namespace=k8s.io", *args, timeout=300)
-
-    def _start_node(self, node: Node, binaries: Binaries) -> None:
-        assert self.plane is not None
-        _make_cgroups(node.cgroup_root)
-        # kubelet mounts (projected tokens, emptyDirs) must reach runc in the machine's
-        # mount namespace: its root dir is a shared mount that kubelet's private mount
-        # namespace (below) propagates into.
-        _run("mount", "--bind", str(node.kubelet_root), str(node.kubelet_root))
-        _run("mount", "--make-shared", str(node.kubelet_root))
-        pki = self.plane.workdir / "pki"
-        kubeconfig = self._kubeconfig(
-            f"kubelet-{node.name}", f"system:node:{node.name}", ["system:nodes"]
-        )
-        config = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "failCgroupV1": False,
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": node.cgroup_root,
-            "containerRuntimeEndpoint": f"unix://{node.socket}",
-            "address": node.ipv4,
-            "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"enabled": True},
-                "x509": {"clientCAFile": str(pki / "ca.crt")},
-            },
-            "authorization": {"mode": "Webhook"},
-            "nodeLeaseDurationSeconds": 8,
-            "nodeStatusUpdateFrequency": "2s",
-            "nodeStatusReportFrequency": "10s",
-            "podLogsDir": str(node.dir / "logs"),
-            "failSwapOn": False,
-            "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "evictionHard": {
-                "memory.available": "1Mi",
-                "nodefs.available": "1%",
-                "imagefs.available": "1%",
-                "nodefs.inodesFree": "1%",
-            },
-            "serializeImagePulls": False,
-            "shutdownGracePeriod": "0s",
-            "maxPods": 60,
-            # The node's own resolv.conf (dnsPolicy Default): none; ClusterFirst Pods get
-            # `nameserver 10.96.0.10`, `search <ns>.svc.cluster.local svc.cluster.local
-            # cluster.local`, `options ndots:5`.
-            "resolvConf": "",
-            "clusterDNS": [DNS_SERVICE_IP],
-            "clusterDomain": CLUSTER_DOMAIN,
-        }
-        config_path = node.dir / "kubelet.json"
-        config_path.write_text(json.dumps(config, indent=2))
-        node_ips = f"{node.ipv4},{node.ipv6}"
-        kubelet = [
-            str(binaries.kubelet),
-            f"--config={config_path}",
-            f"--kubeconfig={kubeconfig}",
-            f"--root-dir={node.kubelet_root}",
-            f"--cert-dir={node.dir / 'kubelet-pki'}",
-            f"--hostname-override={node.name}",
-            f"--node-ip={node_ips}",
-            "--v=1",
-        ]
-        if node.external_ipv4:
-            kubelet.append("--cloud-provider=external")
-        fakes = self._fake_sysctls()
-        script = (
-            "mount --make-rprivate /proc\n"
-            + "".join(f"mount --bind {fake} /proc/sys/{key}\n" for key, fake in fakes.items())
-            + 'exec "$@"\n'
-        )
-        server = Server(
-            "kubelet",
-            _in_ns(node.netns, "unshare", "--mount", "--propagation", "unchanged", "--",
-                   "sh", "-euc", script, "kubelet", *kubelet),
-            self.log_dir / f"kubelet-{node.name}.log",
-        )  # fmt: skip
-        node.processes["kubelet"] = server
-        server.start()
-        self._start_kube_proxy(node, node.dir, node.name, binaries, node.processes)
-
-    def stop_kubelet(self, node: Node) -> None:
-        """SIGTERM the node's kubelet (its containers and kube-proxy keep running), as a
-        node that stops reporting; :meth:`start_kubelet` starts it again."""
-        server = node.processes["kubelet"]
-        server.stop(15.0)
-        node.processes["kubelet-stopped"] = node.processes.pop("kubelet")
-
-    def start_kubelet(self, node: Node) -> None:
-        """Start the kubelet that :meth:`stop_kubelet` stopped, with the same command line
-        (its log continues in ``kubelet-<node>-restarted.log``)."""
-        old = node.processes.pop("kubelet-stopped")
-        server = Server("kubelet", old.args, self.log_dir / f"kubelet-{node.name}-restarted.log")
-        node.processes["kubelet"] = server
-        server.start()
-
-    def container_pids(self, container_id: str) -> set[int]:
-        """The processes of one container (``container_id`` as a Pod's
-        ``status.containerStatuses[].containerID`` or bare), found by their cgroup (runc
-        names the container's cgroup after its id); ``/proc/<pid>/ns/net`` of any of them is
-        the Pod's network namespace. Raises ``LookupError`` when none is found."""
-        bare = container_id.split("://", 1)[-1]
-        pids: set[int] = set()
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            with contextlib.suppress(OSError):
-                if bare in (proc / "cgroup").read_text():
-                    pids.add(int(proc.name))
-        if not pids:
-            raise LookupError(f"no process in a cgroup of container {bare}")
-        return pids
-
-    def signal_container(self, container_id: str, sig: signal.Signals) -> set[int]:
-        """Send ``sig`` to every process of one container: ``container_id`` as a Pod's
-        ``status.containerStatuses[].containerID`` (``containerd://<id>``) or the bare id.
-        Processes are found by their cgroup (runc names the container's cgroup after its
-        id). SIGSTOP freezes a Pod as a hung process would (probes and webhook calls time
-        out, its TCP connections stay open); SIGCONT resumes it. Returns the pids
-        signalled; raises ``LookupError`` when none was found (wrong id, container gone)."""
-        pids = self.container_pids(container_id)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        return pids
-
-    def _fake_sysctls(self) -> dict[str, Path]:
-        directory = self.workdir / "sysctl"
-        fakes: dict[str, Path] = {}
-        for key, value in KUBELET_SYSCTLS.items():
-            with contextlib.suppress(OSError):
-                if (Path("/proc/sys") / key).read_text().strip() == value:
-                    continue
-            fake = directory / key.replace("/", ".")
-            fake.parent.mkdir(exist_ok=True)
-            fake.write_text(value + "\n")
-            fakes[key] = fake
-        return fakes
 
     def _wait_ready(self) -> None:
         assert self.plane is not None
@@ -935,29 +530,6 @@ disabled_plugins = [
             return dead
         return None
 
-    # -- stopping ------------------------------------------------------------------------
-    def _kill_cgroup_processes(self, node: Node) -> None:
-        """SIGKILL every process left in the node's cgroups (its containers)."""
-        left = _kill_until_gone(lambda: _cgroup_pids(node.cgroup_root))
-        if left:
-            raise ClusterError(f"{node.name}: processes left in its cgroups: {sorted(left)}")
-
-    def _kill_shims(self, node: Node) -> None:
-        """SIGKILL the node's containerd-shim-runc-v2 processes (started with
-        ``-address <its socket>``) and remove their sockets, which containerd 1.6 keeps in
-        ``/run/containerd/s/<sha256(address/namespace/id)>`` (runtime/v2/shim/util_unix.go)."""
-        for pid, argv in _processes_mentioning(str(node.socket)):
-            if Path(argv[0]).name.startswith("containerd-shim"):
-                opts = dict(zip(argv[1::2], argv[2::2], strict=False))
-                ns, shim_id = opts.get("-namespace", ""), opts.get("-id", "")
-                digest = hashlib.sha256(f"{node.socket}/{ns}/{shim_id}".encode()).hexdigest()
-                self._shim_sockets.add(SHIM_SOCKETS / digest)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        for socket_path in self._shim_sockets:
-            with contextlib.suppress(FileNotFoundError):
-                socket_path.unlink()
-
     def _remove_files(self) -> None:
         """Outside the work dir: kubelet's ``/var/log/containers`` links to our pod logs
         and libcni's result cache entries of our network and of our sandboxes' loopback."""
@@ -968,214 +540,6 @@ disabled_plugins = [
                         link.unlink()
         for entry in _cni_cache_entries(self.id, self.workdir):
             entry.unlink(missing_ok=True)
-
-
-# -- helpers -------------------------------------------------------------------------------
-
-
-def corefile_text(address: str, kubeconfig: Path, domain: str, zone: str, ttl: int) -> str:
-    """The Corefile: one server on port 53 for the cluster domain (``kubernetes``:
-    Services and their endpoints; no Pod records) and the load-balancer zone
-    (``k8s_external``: ``<service>.<namespace>.<zone>`` answers the Service's ingress IPs
-    and externalIPs, with ``ttl`` stated); other names are refused (no ``forward``: no
-    upstream here). ``cache 30`` as kubeadm's, capped by each record's TTL. ``health`` and
-    ``ready`` listen on ``address`` (the control plane's), where :class:`Cluster` polls."""
-    return f"""{domain}:{DNS_PORT} {zone}:{DNS_PORT} {{
-    errors
-    log
-    health {address}:{COREDNS_HEALTH_PORT}
-    ready {address}:{COREDNS_READY_PORT}
-    cache 30
-    k8s_external {zone} {{
-        ttl {ttl}
-    }}
-    kubernetes {domain} {{
-        kubeconfig {kubeconfig} controlplane
-        ttl {ttl}
-    }}
-}}
-"""
-
-
-def kube_proxy_config_conf(mode: str) -> str:
-    """``config.conf`` of the ConfigMap ``kube-system/kube-proxy``: where kubeadm states
-    the ``KubeProxyConfiguration`` every kube-proxy runs (and node-ipam-lb reads its
-    ``mode``, docs/design.md §4.10). Here only what all of ours share: each kube-proxy
-    runs a file of its own (its kubeconfig, hostname and bind address differ)."""
-    return (
-        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"
-        "kind: KubeProxyConfiguration\n"
-        f"mode: {mode}\n"
-        f"clusterCIDR: {','.join(POD_CIDRS)}\n"
-    )
-
-
-def _http_200(host: str, port: int, path: str) -> bool:
-    """Whether ``GET http://host:port/path`` answers 200 within a second."""
-    conn = http.client.HTTPConnection(host, port, timeout=1.0)
-    try:
-        conn.request("GET", path)
-        return conn.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
-
-
-@contextlib.contextmanager
-def _net_lock() -> Iterator[None]:
-    """Serialize the choice of a free segment between concurrent clusters."""
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".cluster-network.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _free_segment() -> str:
-    """The first ``10.123.<k>`` (/24) no route of this namespace overlaps."""
-    routes = _run("ip", "-4", "route", "show", "table", "all").stdout
-    taken = []
-    for line in routes.splitlines():
-        word = line.split()[0] if line.split() else ""
-        if word in ("local", "broadcast", "unreachable", "prohibit", "blackhole"):
-            word = line.split()[1]
-        with contextlib.suppress(ValueError):
-            taken.append(ipaddress.ip_network(word if word != "default" else "0.0.0.0/0", False))
-    for k in range(256):
-        candidate = ipaddress.ip_network(f"10.123.{k}.0/24")
-        if not any(candidate.overlaps(net) for net in taken if net.prefixlen > 0):
-            return f"10.123.{k}"
-    raise ClusterError("no free 10.123.<k>.0/24 segment")
-
-
-def _add_pod_routes(netns: str, via: Node) -> None:
-    v4 = [c for c in via.pod_cidrs if ":" not in c]
-    v6 = [c for c in via.pod_cidrs if ":" in c]
-    for cidr in v4:
-        _ns_run(netns, "ip", "route", "replace", cidr, "via", via.ipv4)
-    for cidr in v6:
-        _ns_run(netns, "ip", "-6", "route", "replace", cidr, "via", via.ipv6)
-
-
-def _link_exists(name: str) -> bool:
-    return Path("/sys/class/net", name).exists()
-
-
-def _hierarchies() -> list[Path]:
-    """Every mounted cgroup hierarchy (v1 controllers, ``systemd``, ``unified``)."""
-    if not CGROUP_ROOT.is_dir():
-        return []
-    return [p for p in sorted(CGROUP_ROOT.iterdir()) if p.is_dir() and not p.is_symlink()]
-
-
-def _make_cgroups(cgroup_root: str) -> None:
-    """Create the kubelet's ``cgroupRoot`` in every v1 hierarchy (kubelet checks that it
-    exists); cpuset needs its cpus and mems copied from the parent before use."""
-    for hierarchy in _hierarchies():
-        if hierarchy.name == "unified":
-            continue
-        path = hierarchy / cgroup_root.lstrip("/")
-        path.mkdir(exist_ok=True)
-        if hierarchy.name == "cpuset":
-            for name in ("cpuset.cpus", "cpuset.mems"):
-                (path / name).write_text((hierarchy / name).read_text())
-
-
-def _kill_until_gone(find: Callable[[], set[int]], *, tries: int = 50) -> set[int]:
-    """SIGKILL the processes ``find()`` returns until it returns none (every 0.1 s, at
-    most ``tries`` times); returns what is still there (empty when all are gone)."""
-    pids = find()
-    for _ in range(tries):
-        if not pids:
-            break
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.1)
-        pids = find()
-    return pids
-
-
-def _cgroup_pids(cgroup_root: str) -> set[int]:
-    pids: set[int] = set()
-    for hierarchy in _hierarchies():
-        top = hierarchy / cgroup_root.lstrip("/")
-        if not top.is_dir():
-            continue
-        # A cgroup can go while it is walked (runc removes a stopped container's).
-        with contextlib.suppress(OSError):
-            for procs in top.rglob("cgroup.procs"):
-                with contextlib.suppress(OSError):
-                    pids.update(int(p) for p in procs.read_text().split())
-    return pids
-
-
-def _remove_cgroups(cgroup_root: str) -> None:
-    """rmdir the tree under every hierarchy, deepest first."""
-    for hierarchy in _hierarchies():
-        top = hierarchy / cgroup_root.lstrip("/")
-        if not top.is_dir():
-            continue
-        try:
-            found = [p for p in top.rglob("*") if p.is_dir()]
-        except OSError:  # a cgroup went while walking: walk again
-            found = [p for p in top.rglob("*") if p.is_dir()]
-        dirs = sorted(found, key=lambda p: -len(p.parts))
-        for path in [*dirs, top]:
-            for _ in range(20):
-                try:
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            else:
-                raise ClusterError(f"cannot remove cgroup {path}")
-
-
-def _mounts_under(path: Path) -> list[str]:
-    """Mount points at or under ``path`` in this mount namespace (``/proc/self/mountinfo``,
-    octal escapes decoded)."""
-    prefix = str(path)
-    found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].encode().decode("unicode_escape")
-        if point == prefix or point.startswith(prefix + "/"):
-            found.append(point)
-    return found
-
-
-def _unmount_under(path: Path) -> None:
-    """Lazily unmount everything at or under ``path``, deepest first, until none is left."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for _ in range(20):
-        points = _mounts_under(path)
-        if not points:
-            return
-        for point in sorted(set(points), key=lambda p: -p.count("/")):
-            libc.umount2(point.encode(), MNT_DETACH)
-    raise ClusterError(f"mounts left under {path}: {_mounts_under(path)}")
-
-
-def _processes_mentioning(text: str) -> list[tuple[int, list[str]]]:
-    """``(pid, argv)`` of every process whose command line contains ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if text.encode() in raw:
-            argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-            found.append((int(entry.name), argv))
-    return found
 
 
 def missing_prerequisites() -> str | None:
@@ -1194,103 +558,3 @@ def missing_prerequisites() -> str | None:
     if missing:
         return "missing: " + ", ".join(missing) + " (.ci/run installs them with apt-get)"
     return None
-
-
-def leftovers(cluster_id: str, workdir: Path) -> list[str]:
-    """What is left on this machine of the cluster ``cluster_id`` whose work dir was
-    ``workdir``: processes naming either, mounts under the work dir, network namespaces
-    and links named ``<id>…``, cgroups ``/<id>-…`` in any hierarchy, files under the work
-    dir, ``/var/log/containers`` links into it and libcni cache entries of its network.
-    One string per thing; empty after a clean :meth:`Cluster.stop`."""
-    found = [f"process {pid}: {' '.join(argv)[:200]}" for pid, argv in
-             _processes_mentioning(str(workdir)) if pid != os.getpid()]  # fmt: skip
-    found += [f"process {pid}: {' '.join(argv)[:200]}" for pid, argv in
-              _processes_mentioning(f"{cluster_id}-") if pid != os.getpid()]  # fmt: skip
-    found += [f"mount {point}" for point in _mounts_under(workdir)]
-    if NETNS_DIR.is_dir():
-        found += [f"netns {p.name}" for p in NETNS_DIR.iterdir() if p.name.startswith(cluster_id)]
-    found += [f"link {p.name}" for p in Path("/sys/class/net").iterdir()
-              if p.name.startswith(cluster_id)]  # fmt: skip
-    for hierarchy in _hierarchies():
-        found += [f"cgroup {p}" for p in hierarchy.glob(f"{cluster_id}-*")]
-    if workdir.exists():
-        found.append(f"directory {workdir}")
-    if CONTAINER_LOGS.is_dir():
-        for link in CONTAINER_LOGS.iterdir():
-            with contextlib.suppress(OSError):
-                if link.is_symlink() and str(os.readlink(link)).startswith(str(workdir)):
-                    found.append(f"log link {link}")
-    found += [f"cni cache {p}" for p in _cni_cache_entries(cluster_id, workdir)]
-    return found
-
-
-def _cni_cache_entries(cluster_id: str, workdir: Path) -> list[Path]:
-    """libcni's cache entries (``/var/lib/cni/results``) of one cluster: those of its own
-    network (``<id>-…``) and containerd's loopback ones (``cni-loopback-<sandbox>-lo``,
-    one per Pod sandbox; containerd removes it only when it tears the sandbox down, which
-    a stopped cluster never does), recognised by the sandbox's network namespace path
-    under ``workdir`` in the cached result."""
-    if not CNI_CACHE.is_dir():
-        return []
-    found = list(CNI_CACHE.glob(f"{cluster_id}-*"))
-    if not workdir.is_absolute():  # no work dir yet: "." would match every entry
-        return found
-    needle = f'"{workdir}/'.encode()
-    for entry in CNI_CACHE.glob("cni-loopback-*"):
-        with contextlib.suppress(OSError):
-            if needle in entry.read_bytes():
-                found.append(entry)
-    return found
-
-
-def abandoned() -> list[tuple[str, Path]]:
-    """``(cluster id, work dir)`` of every cluster whose owner died without stopping it:
-    its work dir ``<tmp>/<id>-*`` names, in ``owner.pid``, a process that no longer
-    exists (see :func:`purge_abandoned`, :func:`leftovers`)."""
-    found = []
-    for workdir in sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}????-*")):
-        try:
-            pid = int((workdir / OWNER_FILE).read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        if not Path(f"/proc/{pid}").exists():
-            found.append((workdir.name.split("-", 1)[0], workdir))
-    return found
-
-
-def purge_abandoned(*, dry_run: bool = False) -> list[str]:
-    """Remove what is left of clusters whose owner died without stopping them (a
-    SIGKILLed ``up`` or test run: its children die with it, PR_SET_PDEATHSIG, but
-    mounts, cgroups, namespaces and the work dir stay). A cluster counts as abandoned
-    when its work dir ``<tmp>/<id>-*`` names, in ``owner.pid``, a process that no longer
-    exists; clusters with a live owner are never touched. Returns the ids handled."""
-    handled = []
-    for cluster_id, workdir in abandoned():
-        handled.append(cluster_id)
-        if dry_run:
-            continue
-        roots = {"/" + top.name for h in _hierarchies() for top in h.glob(f"{cluster_id}-*")}
-
-        def remaining(workdir: Path = workdir, roots: set[str] = roots) -> set[int]:
-            # The containers (under their shims, which outlive the owner) and the shims.
-            pids = {pid for root in roots for pid in _cgroup_pids(root)}
-            return pids | ({pid for pid, _ in _processes_mentioning(str(workdir))} - {os.getpid()})
-
-        _kill_until_gone(remaining)
-        _unmount_under(workdir)
-        for root in roots:
-            _remove_cgroups(root)
-        if CONTAINER_LOGS.is_dir():
-            for link in CONTAINER_LOGS.iterdir():
-                with contextlib.suppress(OSError):
-                    if link.is_symlink() and os.readlink(link).startswith(str(workdir)):
-                        link.unlink()
-        if NETNS_DIR.is_dir():
-            for netns in NETNS_DIR.glob(f"{cluster_id}-*"):
-                _run("ip", "netns", "delete", netns.name, check=False)
-        if _link_exists(cluster_id):
-            _run("ip", "link", "delete", cluster_id, check=False)
-        for entry in _cni_cache_entries(cluster_id, workdir):
-            entry.unlink(missing_ok=True)
-        shutil.rmtree(workdir, ignore_errors=True)
-    return handled

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.cluster import Cluster, missing_prerequisites, purge_abandoned
+from tests.cluster.cleanup import purge_abandoned
+from tests.cluster.cluster import Cluster, missing_prerequisites
 from tests.cluster.helpers import configured_proxy_mode, running_cluster
 from tests.cluster.images import Images, build_images, find_images
 from tests.cluster.release import install_backend, install_release

@@ -24,7 +24,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.cluster.cluster import NETNS_DIR, Cluster, Node
+from tests.cluster.cluster import Cluster
+from tests.cluster.netns import NETNS_DIR, Node
 from tests.support.processes import Server
 
 CUT_TABLE = "nilb_fault_cut"

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from tests.cluster import PROXY_MODES
-from tests.cluster.cluster import Cluster, leftovers
+from tests.cluster.cleanup import leftovers
+from tests.cluster.cluster import Cluster
 from tests.cluster.images import BACKEND_IMAGE, Images
 from tests.cluster.traffic import http_get, in_netns, parse_answer
 from tests.controlplane.build import Binaries

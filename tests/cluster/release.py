@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.cluster import Cluster, Node
+from tests.cluster.cluster import Cluster
 from tests.cluster.helpers import (
     APP,
     NAMESPACE,
@@ -31,6 +31,7 @@ from tests.cluster.helpers import (
     run_helm,
     service_manifest,
 )
+from tests.cluster.netns import Node
 from tests.controlplane.plane import KubectlError
 from tests.deploy.helmchart import CHART, RELEASE
 from tests.support.waiting import wait_for

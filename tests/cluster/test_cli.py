@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import __main__ as cli
-from tests.cluster.cluster import OWNER_FILE, PREFIX
+from tests.cluster.cleanup import OWNER_FILE
+from tests.cluster.netns import PREFIX
 
 
 @pytest.mark.parametrize(("nodes", "why"), [("0", "0 is outside 1..9"), ("10", "10 is outside"),

@@ -16,8 +16,9 @@ import time
 
 import pytest
 
-from tests.cluster.cluster import Cluster, Node
+from tests.cluster.cluster import Cluster
 from tests.cluster.helpers import APP, figure, kubectl, kubectl_json
+from tests.cluster.netns import Node
 from tests.cluster.release import (
     INTERNAL_NODES,
     SERVICES,

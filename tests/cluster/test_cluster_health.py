@@ -38,9 +38,10 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.cluster import Cluster, Node
+from tests.cluster.cluster import Cluster
 from tests.cluster.faults import cut_network, isolate_pod_port, stopped_kube_proxy
 from tests.cluster.helpers import APP, NAMESPACE, figure, kubectl, kubectl_json
+from tests.cluster.netns import Node
 from tests.cluster.release import helm_upgrade, ingress_ips, lease_holder
 from tests.cluster.traffic import DnsProber, in_netns, resolve
 from tests.support.waiting import wait_for

@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 
 from tests.cluster import PROXY_MODES
-from tests.cluster.cluster import NETNS_DIR, Cluster, Node
+from tests.cluster.cluster import Cluster
 from tests.cluster.helpers import (
     NAMESPACE,
     Answer,
@@ -65,6 +65,7 @@ from tests.cluster.helpers import (
     service_story,
     team_backend,
 )
+from tests.cluster.netns import NETNS_DIR, Node
 from tests.support.waiting import wait_for
 
 # Each scenario rolls out Pods and waits for the reconciler and for kube-proxy on a loaded

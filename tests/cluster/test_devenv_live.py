@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.cluster import leftovers
+from tests.cluster.cleanup import leftovers
 from tests.cluster.images import Images
 from tests.controlplane.build import Binaries
 from tests.devenv.realcluster import helm_install_commands

@@ -26,7 +26,7 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from tests.cluster.cluster import NETNS_DIR
+from tests.cluster.netns import NETNS_DIR
 
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")

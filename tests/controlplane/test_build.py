@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.cluster import corefile_text
+from tests.cluster.dns import corefile_text
 from tests.controlplane import build
 
 

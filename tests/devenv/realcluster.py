@@ -41,8 +41,9 @@ import time
 from pathlib import Path
 from typing import IO
 
-from tests.cluster.cluster import Cluster, ClusterError
+from tests.cluster.cluster import Cluster
 from tests.cluster.images import BACKEND_IMAGE, product_ref
+from tests.cluster.netns import ClusterError
 from tests.cluster.traffic import http_get, in_netns
 from tests.controlplane.__main__ import _on_signal, _Stop
 from tests.controlplane.build import ControlPlaneUnavailable, find_helm

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.cluster import ClusterError
+from tests.cluster.netns import ClusterError
 from tests.controlplane.__main__ import _Stop
 from tests.devenv import realcluster
 from tests.devenv.session import DevEnvError
