@@ -303,14 +303,19 @@ def _addresses(
             selected += 1
             use = external if fallback else use_external
             key = (SELECTED, "ExternalIP" if use else "InternalIP", wanted)
-            for bit, value, ip in node.external_entries if use else node.internal_entries:
-                if bit & wanted:
-                    if bit == 1:
-                        v4[value] = ip
-                    else:
-                        v6[value] = ip
+            _collect(node.external_entries if use else node.internal_entries, wanted, v4, v6)
         verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
     return v4, v6, hidden, selected
+
+
+def _collect(
+    entries: Iterable[tuple[int, int, str]], wanted: int, v4: dict[int, str], v6: dict[int, str]
+) -> None:
+    """Add ``entries`` (family bit, integer value, text) of a wanted family to the IPv4 or
+    IPv6 map (keyed by value, so two spellings of one address collapse)."""
+    for bit, value, ip in entries:
+        if bit & wanted:
+            (v4 if bit == 1 else v6)[value] = ip
 
 
 def _typed_addresses(
@@ -333,14 +338,10 @@ def _typed_addresses(
             key: VerdictKey = (NO_ADDRESS_OF_FAMILY, wanted)
         else:
             selected += 1
-            entries = (*node.external_entries, *node.internal_entries) if both else ()
             key = (SELECTED, types if both else INTERNAL_IP, wanted)
-            for bit, value, ip in entries or node.internal_entries:
-                if bit & wanted:
-                    if bit == 1:
-                        v4[value] = ip
-                    else:
-                        v6[value] = ip
+            if both:
+                _collect(node.external_entries, wanted, v4, v6)
+            _collect(node.internal_entries, wanted, v4, v6)
         verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
     return v4, v6, 0, selected
 
