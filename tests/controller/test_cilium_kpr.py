@@ -14,8 +14,7 @@ from app.core.hazards import CILIUM_WILDCARD_ENTRIES, KUBE_PROXY_IPVS
 from app.kube.client import ApiError, Kind
 from app.telemetry import metrics
 from tests.controller.memory_api import MemoryAPI
-from tests.controller.support import Start, node, service, wait_until
-from tests.controller.test_kube_proxy import kube_proxy
+from tests.controller.support import Start, kube_proxy, node, service, wait_until
 
 LOGGER = "node_ipam_lb.controller"
 REASON = CILIUM_WILDCARD_ENTRIES

@@ -5,8 +5,7 @@ shared selections (keyed by its identity) while an unchanged one costs nothing."
 from __future__ import annotations
 
 from app.core.nodehealth import HealthPolicy, HealthTable
-from tests.controller.support import node, service
-from tests.controller.test_reconciler import World
+from tests.controller.support import World, node, service
 
 
 def world_of_three() -> World:

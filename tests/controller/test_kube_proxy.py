@@ -23,27 +23,15 @@ from app.core.views import node_view, service_view
 from app.kube.client import ApiError
 from app.telemetry import metrics
 from tests.controller.memory_api import MemoryAPI
-from tests.controller.support import fast_settings, node, service, wait_until
+from tests.controller.support import fast_settings, kube_proxy, node, service, wait_until
 
 LOGGER = "node_ipam_lb.controller"
+
+
 HAZARD = ipvs_hazard("ipvs", "VIP")
+
+
 assert HAZARD is not None
-
-
-def kube_proxy(mode: str) -> dict[str, Any]:
-    """kubeadm's ConfigMap kube-system/kube-proxy with ``mode`` in its config.conf."""
-    text = (
-        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"
-        "kind: KubeProxyConfiguration\n"
-        "clusterCIDR: 10.244.0.0/16\n"
-        f"mode: {mode}\n"
-    )
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "kube-proxy", "namespace": "kube-system"},
-        "data": {"config.conf": text, "kubeconfig.conf": "apiVersion: v1\nkind: Config\n"},
-    }
 
 
 def gauge() -> float | None:

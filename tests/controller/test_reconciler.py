@@ -7,72 +7,19 @@ from typing import Any
 
 import pytest
 
-from app.controller.cache import ClusterCache
-from app.controller.events import EventRecorder
-from app.controller.informer import object_key
-from app.controller.reconciler import ENDPOINT_GRACE_SECONDS, Reconciler
-from app.core.nodehealth import NO_HEALTH
+from app.controller.reconciler import ENDPOINT_GRACE_SECONDS
 from app.core.options import SelectionSettings
-from app.core.views import endpoint_slice_view, node_view, service_view
+from app.core.views import service_view
 from app.kube.client import ApiError
-from tests.controller.memory_api import MemoryAPI
 from tests.controller.support import (
     EXCLUDE,
+    World,
     distinct_port,
     endpoint_slice,
     kind_4node,
     node,
     service,
 )
-
-VIEWS = {"nodes": node_view, "services": service_view, "endpointslices": endpoint_slice_view}
-
-
-class World:
-    """MemoryAPI + a cache kept equal to it by hand (no informer threads)."""
-
-    def __init__(
-        self,
-        settings: SelectionSettings | None = None,
-        *,
-        api: MemoryAPI | None = None,
-        cache: ClusterCache | None = None,
-        identity: str = "pod-a",
-    ) -> None:
-        self.api = api or MemoryAPI()
-        self.cache = cache or ClusterCache()
-        self.leader = True
-        self.now = 1.8e9  # the wall clock (creationTimestamp ages); Events are at 1e9
-        self.recorder = EventRecorder(api=self.api, identity=identity, clock=lambda: 1e9)
-        self.health = NO_HEALTH  # what the prober last decided (docs/design.md §4.11)
-        self.reconciler = Reconciler(
-            cache=self.cache,
-            api=self.api,
-            recorder=self.recorder,
-            settings=settings or SelectionSettings(),
-            is_leader=lambda: self.leader,
-            wall_clock=lambda: self.now,
-            health=lambda: self.health,
-        )
-
-    def apply(self, kind: str, obj: dict[str, Any]) -> None:
-        stored = self.api.apply(kind, obj)
-        self.cache.put(kind, object_key(stored), VIEWS[kind](stored))  # type: ignore[arg-type]
-
-    def sync_service(self, key: str) -> None:
-        """Deliver the stored Service to the cache (what the watch would do)."""
-        stored = self.api.get("services", key)
-        assert stored is not None
-        self.cache.put("services", key, service_view(stored))
-
-    def reconcile(self, key: str) -> float | None:
-        result = self.reconciler.reconcile(key)
-        self.recorder.flush()  # no sender thread here: send what was queued, in order
-        self.sync_service(key) if self.api.get("services", key) else None
-        return result
-
-    def reasons(self) -> list[str]:
-        return [e["reason"] for e in self.api.events]
 
 
 @pytest.fixture
@@ -481,9 +428,6 @@ def test_a_huge_malformed_selector_keeps_the_reason_whole_in_the_event_note(
     error = world.reconciler._errors["default/web"]  # the full text select() gave
     reason = error.rsplit('": ', 1)[1]
     assert note.endswith(f'": {reason}'), (note[-200:], reason)
-
-
-# -- day 2: leader changes, new Services waiting for their Pods ----------------------------
 
 
 def created(obj: dict[str, Any], seconds_ago: float, now: float = 1.8e9) -> dict[str, Any]:

@@ -13,10 +13,10 @@ from app.kube.client import ApiError
 from app.telemetry import metrics
 from tests.controller.support import (
     EXCLUDE,
+    World,
     node,
     service,
 )
-from tests.controller.test_reconciler import World
 
 
 def states(world: World) -> dict[tuple[str, str], int]:

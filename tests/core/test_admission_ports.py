@@ -24,55 +24,17 @@ from app.core.options import SelectionSettings
 from app.core.ports import PortIndex
 from app.core.views import PodView, endpoint_slice_view, pod_view, service_view
 from tests.core.admission.builders import node, review
+from tests.core.admission_support import GARBAGE_PORTS, OURS, svc
 
-OURS = "io.cilium/node"
 LBIPAM = SelectionSettings()
+
+
 NODES = NodeIndex(
     [node("n1", {}, "10.0.0.1"), node("n2", {}, "10.0.0.2"), node("n3", {}, "10.0.0.3")]
 )
+
+
 NOW = 1_800_000_000.0
-
-
-def svc(
-    name: str = "web",
-    *,
-    namespace: str = "default",
-    ports: Any = ((80, "TCP"),),
-    type: str | None = "LoadBalancer",
-    cls: str | None = OURS,
-    ingress: tuple[str, ...] = (),
-    created: str | None = None,
-    external_ips: tuple[str, ...] = (),
-    health: int | None = None,
-) -> dict[str, Any]:
-    """A v1 Service dict; ``ports`` is ``(port, protocol[, nodePort])`` tuples or raw JSON."""
-    spec: dict[str, Any] = {}
-    if isinstance(ports, tuple):
-        spec["ports"] = [
-            {"port": p[0], "protocol": p[1], **({"nodePort": p[2]} if len(p) > 2 else {})}
-            for p in ports
-        ]
-    else:
-        spec["ports"] = ports
-    if type is not None:
-        spec["type"] = type
-    if cls is not None:
-        spec["loadBalancerClass"] = cls
-    if external_ips:
-        spec["externalIPs"] = list(external_ips)
-    if health is not None:
-        spec["healthCheckNodePort"] = health
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
-    if created is not None:
-        metadata["creationTimestamp"] = created
-    status = {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"} for ip in ingress]}}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata,
-        "spec": spec,
-        "status": status,
-    }
 
 
 def index(*objs: dict[str, Any], pods: tuple[PodView, ...] = (), settings_: Any = LBIPAM) -> Any:
@@ -127,9 +89,6 @@ def check(
         body["request"]["namespace"] = obj["metadata"]["namespace"]
     request = admission.parse_review(body)
     return admission.validate(request, settings=settings, snapshot=snapshot)
-
-
-# -- reserved ports (no cluster state) ------------------------------------------------------
 
 
 def test_a_reserved_port_is_denied_in_field_error_form() -> None:
@@ -253,9 +212,6 @@ def test_class_less_service_is_checked_when_default_is_nodeipam() -> None:
     assert not check(svc(cls=None, ports=((22, "TCP"),)), settings=settings).allowed
 
 
-# -- ratcheting ----------------------------------------------------------------------------
-
-
 def test_an_update_keeping_a_reserved_port_is_allowed_with_a_warning() -> None:
     old = svc(ports=((10250, "TCP"),))
     new = copy.deepcopy(old)
@@ -291,9 +247,6 @@ def test_finalizing_a_service_with_a_reserved_port_is_allowed() -> None:
     new = copy.deepcopy(old)
     new["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     assert check(new, old=old) == admission.Decision()
-
-
-# -- another Service's nodePort / healthCheckNodePort (cluster state) ------------------------
 
 
 def test_a_port_that_is_another_services_node_port_is_denied_naming_it() -> None:
@@ -360,9 +313,6 @@ def test_the_node_port_verdict_is_its_own_cheap_stage() -> None:
     ).allowed
 
 
-# -- allowed namespaces --------------------------------------------------------------------
-
-
 def test_a_service_in_a_namespace_not_allowed_is_admitted_with_a_warning() -> None:
     settings = SelectionSettings(allowed_namespaces="prod,infra")
     decision = check(svc(namespace="dev"), settings=settings, snapshot=snap())
@@ -399,8 +349,6 @@ def test_a_service_we_do_not_manage_gets_no_namespace_warning() -> None:
     settings = SelectionSettings(allowed_namespaces="prod")
     assert check(svc(namespace="dev", cls="metallb"), settings=settings) == admission.Decision()
 
-
-# -- addresses lost to other holders (warnings) --------------------------------------------
 
 ALPHA = svc(
     "alpha",
@@ -500,9 +448,6 @@ def test_a_rival_with_an_unparsable_selector_claims_its_stored_addresses() -> No
     )
 
 
-# -- cost: memo, sharing, the event loop ---------------------------------------------------
-
-
 def test_an_uncontested_port_needs_no_extra_select() -> None:
     memo = Decider(LBIPAM)
     check(svc(ports=((443, "TCP"),)), snapshot=snap(index(ALPHA), memo=memo))
@@ -546,31 +491,6 @@ def test_memo_only_refuses_a_port_check_of_too_much_work() -> None:
         check(svc(), snapshot=snapshot(True))
 
 
-# -- no crash on any ports ------------------------------------------------------------------
-
-GARBAGE_PORTS = [
-    "x",
-    {"port": 22},
-    [1, 2],
-    [None],
-    [{"port": "22"}],
-    [{"port": 22.0}],
-    [{"port": 22.5}],
-    [{"port": 1e300}],
-    [{"port": True}],
-    [{"port": -1}],
-    [{"port": 0}],
-    [{"port": 99999}],
-    [{"port": None}],
-    [{"port": [22]}],
-    [{"protocol": 5, "port": 22}],
-    [{"protocol": "", "port": 22}],
-    [{"protocol": "tcp", "port": 22}],
-    [{"port": 22, "nodePort": "x"}],
-    [{"port": 22}, {"port": 22}],
-]
-
-
 @pytest.mark.parametrize("ports", GARBAGE_PORTS, ids=[repr(p)[:30] for p in GARBAGE_PORTS])
 @pytest.mark.parametrize("managed", [True, False])
 def test_garbage_ports_get_a_decision_or_a_review_error(ports: Any, managed: bool) -> None:
@@ -595,6 +515,8 @@ json_values = st.recursive(
     ),
     max_leaves=10,
 )
+
+
 port_entries = st.fixed_dictionaries(
     {},
     optional={
@@ -627,9 +549,6 @@ def test_any_ports_json_is_decided_or_rejected(
         return
     assert all(len(w) <= admission.MAX_WARNING_CHARS for w in decision.warnings)
     assert decision.allowed or (decision.message or "").startswith(("spec.ports[", "[spec.ports["))
-
-
-# -- who serves a node port: per-port incumbency, hostPort Pods, own backends (§4.9) ------
 
 
 NODE_ONE = "10.0.0.1"

@@ -15,7 +15,7 @@ from app.core.nodeipam import select
 from app.core.options import SelectionSettings
 from app.core.selector import parse
 from tests.core.builders import NOW, node, run, service
-from tests.core.test_select_rules import CASES, Case
+from tests.core.select_cases import CASES, Case
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -30,7 +30,7 @@ from app.core.views import (
 )
 from tests.cases import CASES as CASES_DIR
 from tests.core.builders import NOW, endpoint, endpoint_slice, node, service
-from tests.core.test_select_rules import CASES, EXCLUDE
+from tests.core.select_cases import CASES, EXCLUDE
 
 
 def expected(

@@ -20,10 +20,10 @@ import pytest
 import yaml
 
 from tests.controlplane.plane import ControlPlane
+from tests.deploy.chart_matrix import MATRIX
 from tests.deploy.helmchart import CHART, RELEASE, environment, run
 from tests.deploy.live import install_crd_stub, run_documented_uninstall
 from tests.deploy.readme import code_blocks, section
-from tests.deploy.test_chart import MATRIX
 
 NAMESPACE = "node-ipam-lb"
 INSTANCE = f"app.kubernetes.io/instance={RELEASE}"

@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-
-import yaml
 
 from tests.core.builders import UNSET, node_obj, service_obj
 from tests.preview.conftest import parse_table, preview
-
-Write = Callable[..., str]
-
-
-def dump(*objects: object) -> str:
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+from tests.preview.support import Write, dump
 
 
 def test_default_lb_service_ipam_nodeipam_claims_class_less_services(write: Write) -> None:

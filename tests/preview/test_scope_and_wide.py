@@ -8,7 +8,7 @@ import yaml
 
 from tests.core.builders import node_obj, service_obj
 from tests.preview.conftest import KIND_4NODE, parse_table, preview
-from tests.preview.test_options import Write, dump
+from tests.preview.support import Write, dump
 
 CLUSTER = str(KIND_4NODE / "cluster.yaml")
 

@@ -14,9 +14,9 @@ import pytest
 from app.config import Settings
 from app.web.app import create_app
 from tests.core.admission.builders import ANNOTATION, node, review
-from tests.core.test_admission_ports import GARBAGE_PORTS, svc
+from tests.core.admission_support import GARBAGE_PORTS, svc
 from tests.web.conftest import AppClient, FakeCache, FakeController
-from tests.web.test_bounded_cost import BlockingLabels
+from tests.web.support import BlockingLabels
 
 JSON = {"content-type": "application/json"}
 NODE_PORT_HOLDER = svc(

@@ -3,52 +3,16 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from app.config import Settings
-from app.kube.client import ApiError
 from app.web.app import create_app
 from app.web.auth import AccessError, KubernetesAuthorizer
 from tests.core.admission.builders import review, service
 from tests.web.conftest import AppClient, FakeController
-
-
-@dataclass
-class FakeReviews:
-    """A :class:`app.kube.client.ReviewAPI` answering TokenReview/SubjectAccessReview bodies (raw
-    JSON, like the API server) by token and by (user, verb, path)."""
-
-    users: dict[str, str] = field(
-        default_factory=lambda: {"good": "system:serviceaccount:mon:prom"}
-    )
-    allowed: set[tuple[str, str, str]] = field(
-        default_factory=lambda: {("system:serviceaccount:mon:prom", "get", "/metrics")}
-    )
-    failing: bool = False
-    calls: list[str] = field(default_factory=list)
-    bodies: list[dict[str, Any]] = field(default_factory=list)
-
-    def create_token_review(self, *, body: dict[str, Any]) -> dict[str, Any]:
-        self.calls.append("TokenReview")
-        self.bodies.append(body)
-        if self.failing:
-            raise ApiError(0, "connection refused")
-        name = self.users.get(body["spec"]["token"])
-        if not name:
-            return {**body, "status": {"authenticated": False, "error": "invalid token"}}
-        user = {"username": name, "uid": "u-1", "groups": ["system:authenticated"]}
-        return {**body, "status": {"authenticated": True, "user": user}}
-
-    def create_subject_access_review(self, *, body: dict[str, Any]) -> dict[str, Any]:
-        self.calls.append("SubjectAccessReview")
-        self.bodies.append(body)
-        spec = body["spec"]
-        attrs = spec["nonResourceAttributes"]
-        allowed = (spec["user"], attrs["verb"], attrs["path"]) in self.allowed
-        return {**body, "status": {"allowed": allowed}}
+from tests.web.support import FakeReviews
 
 
 class Clock:

@@ -14,7 +14,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,45 +30,9 @@ from app.web.limits import LIGHT_THREADS, BodyBudget, Overloaded, ReviewPools
 from app.web.routes import deps
 from tests.core.admission.builders import node, review, service
 from tests.web.conftest import AppClient, FakeCache, FakeController
-from tests.web.test_auth import FakeReviews
+from tests.web.support import BlockingLabels, FakeReviews
 
 JSON = {"content-type": "application/json"}
-
-
-class BlockingLabels(Mapping[str, str]):
-    """Node labels whose every read, once :attr:`armed`, blocks until :attr:`release` is
-    set (at most 20 s)."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.armed = False
-        self.blocked = 0
-        self._lock = threading.Lock()
-
-    def _wait(self) -> None:
-        if not self.armed:
-            return
-        with self._lock:
-            self.blocked += 1
-        self.release.wait(20)
-
-    def __getitem__(self, key: str) -> str:
-        self._wait()
-        raise KeyError(key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        self._wait()
-        return default
-
-    def __contains__(self, key: object) -> bool:
-        self._wait()
-        return False
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
 
 
 def blocking_app(labels: BlockingLabels, **settings: Any) -> Any:

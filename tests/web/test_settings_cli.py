@@ -19,7 +19,7 @@ from app.cli import cli
 from app.config import SelectionConfig, Settings, unknown_environment
 from tests.core.builders import UNSET, node_obj, service_obj
 from tests.preview.conftest import parse_table, preview
-from tests.preview.test_options import Write, dump
+from tests.preview.support import Write, dump
 
 
 @pytest.fixture
