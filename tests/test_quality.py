@@ -52,6 +52,51 @@ def test_import_contracts_hold() -> None:
     assert "0 broken" in result.stdout, result.stdout
 
 
+def imports_of_test_modules(source: str) -> list[str]:
+    """The imports in ``source`` that name a test module (a dotted component ``test_*``) or
+    import a ``test_*`` name from a module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            modules = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        if any(part.startswith("test_") for name in modules for part in name.split(".")):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_imports_a_test_module() -> None:
+    """What test modules share lives in helper modules beside them, ``conftest.py`` or
+    tests.support (tests/support/README.md), never in a ``test_*`` module that another
+    imports (import-linter's wildcards replace whole module names, so this check is here)."""
+    found = {
+        str(path.relative_to(ROOT)): hits
+        for path in sorted([*ROOT.glob("tests/**/*.py"), *ROOT.glob("bench/**/*.py")])
+        if (hits := imports_of_test_modules(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_the_check_for_imported_test_modules_sees_every_form() -> None:
+    source = (
+        "import tests.core.test_x\n"
+        "from tests.web.test_auth import FakeReviews\n"
+        "from tests.cluster import test_cluster_live as live\n"
+        "from . import test_y\n"
+        "from tests.web.support import FakeReviews\n"
+    )
+    assert [hit.split(":")[0] for hit in imports_of_test_modules(source)] == [
+        "line 1",
+        "line 2",
+        "line 3",
+        "line 4",
+    ]
+
+
 # -- the product runs no test code (issue 31) ----------------------------------------------
 # lint-imports forbids app -> tests/bench imports (pyproject.toml); this also catches what an
 # import contract cannot see: a module name or path handed to a subprocess or importlib
