@@ -18,39 +18,38 @@ from pathlib import Path
 import pytest
 
 from app.core.views import EXCLUDE_FROM_LB_LABEL
-from bench.bench_peer import (
-    KINDS,
+from bench.bench_peer import main, parse_args, run_bench
+from bench.cluster import Scale, expected_ingress, make_cluster
+from bench.peer_controllers import AdmissionWindow, read_probes
+from bench.peer_oracle import Verification, judge_cilium, judge_ours
+from bench.peer_phases import (
     PHASES,
-    PRESSURE,
-    AdmissionWindow,
     ChangeResult,
     ControllerRun,
     Options,
     Phase,
     SizeResult,
-    Verification,
-    apply_change,
-    cold_start_points,
-    failures,
-    judge_cilium,
-    judge_ours,
-    main,
-    parse_args,
-    percentile,
-    plan_churn,
-    plot,
-    ratio_lines,
-    read_probes,
-    report_body,
-    report_schedule,
-    run_bench,
-    size_table,
     status_writes,
     steady_note,
+)
+from bench.peer_report import (
+    cold_start_points,
+    failures,
+    plot,
+    ratio_lines,
+    size_table,
     summary_line,
     target_lines,
 )
-from bench.cluster import Scale, expected_ingress, make_cluster
+from bench.peer_workload import (
+    KINDS,
+    PRESSURE,
+    apply_change,
+    percentile,
+    plan_churn,
+    report_body,
+    report_schedule,
+)
 from tests.controlplane.build import Binaries
 from tests.peers.cilium.differential import IDENTICAL, RULES
 
