@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import machine
-from tests.controlplane import faults
+from tests.controlplane import faults, faultworld
 from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
 from tests.devenv import manifests
 
@@ -125,7 +125,7 @@ def _certificates(workdir: Path) -> dict[str, Any]:
     it). Then the Secret is deleted and both caBundles removed: the times until the
     Secret is back, both caBundles hold its CA, and the webhook denies again."""
     with ControlPlane(audit_policy=AUDIT_CONTROLLERS, hosts={WEBHOOK_HOST: "127.0.0.1"}) as plane:
-        world = faults.new_world(plane, workdir, services=4)
+        world = faultworld.new_world(plane, workdir, services=4)
         try:
             for _ in range(2):
                 index = len(world.replicas)
@@ -157,7 +157,7 @@ def _certificates(workdir: Path) -> dict[str, Any]:
             world.converge(60)
             secret = f"/api/v1/namespaces/node-ipam-lb/secrets/{CERT_SECRET}"
             _, before = plane.request("GET", secret)
-            with faults.Changes(world) as changes:
+            with faultworld.Changes(world) as changes:
                 time.sleep(1.0)
                 started = time.monotonic()
                 plane.request("DELETE", secret)
@@ -215,7 +215,7 @@ def _certificates(workdir: Path) -> dict[str, Any]:
             for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
                 plane.kubectl("delete", kind, "node-ipam-lb", "--ignore-not-found", check=False)
             world.stop_replicas()
-            faults.delete_nodes(world)
+            faultworld.delete_nodes(world)
 
 
 def main() -> None:
@@ -302,7 +302,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
             if got is not None:
                 record(got)
         if wanted(6):
-            plane.throttle(faults.SA_USER)
+            plane.throttle(faultworld.SA_USER)
             try:
                 got = attempt(
                     "6. APF throttling, cold start of 80",

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.controlplane import faults
+from tests.controlplane import faults, faultworld
 from tests.controlplane.build import Binaries
 from tests.controlplane.plane import AUDIT_CONTROLLERS, ControlPlane
 from tests.support.waiting import wait_for
@@ -171,7 +171,7 @@ def test_throttled_cold_start_waits_for_retry_after(plane: ControlPlane, tmp_pat
     """A cold start of 48 Services with 16 workers while APF gives the controller three
     seats and rejects the rest: 429s, each retried no sooner than its Retry-After (1 s),
     every status right at the end."""
-    plane.throttle(faults.SA_USER)
+    plane.throttle(faultworld.SA_USER)
     try:
         result = faults.run_scenario(
             "APF throttling, cold start",
