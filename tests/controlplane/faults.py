@@ -5,8 +5,8 @@ A :class:`~tests.controlplane.faultworld.World` is one control plane (audited wi
 :data:`AUDIT_CONTROLLERS`), deploy/ applied, a namespace of Nodes, Services (some
 ``externalTrafficPolicy: Local`` with EndpointSlices) and one Service of another class,
 and ``serve`` replicas with leader election. :class:`Changes` makes a bounded loop of
-changes to Nodes, Services and EndpointSlices as the admin while a fault happens. :meth:`World.figures` reads the API
-server's audit log and the cluster:
+changes to Nodes, Services and EndpointSlices as the admin while a fault happens.
+:meth:`World.figures` reads the API server's audit log and the cluster:
 
 - ``lost``: managed Services whose stored ingress is not what ``preview`` computes on a
   dump of the cluster (``app.preview.run.preview_dump``, the controller's own rules);
