@@ -229,7 +229,7 @@ def list_compacted_between_pages(plane: ControlPlane, prefix: str) -> PagedList:
         )
         informer.start()
         try:
-            wait_for("the informer lists", lambda: cache.kind_synced("nodes"), timeout=60)
+            wait_for("the informer lists", lambda: "nodes" not in cache.unsynced(), timeout=60)
             synced = time.monotonic()
             held = {view.name for view in cache.nodes()}
         finally:
