@@ -5,12 +5,14 @@ Input is the decoded AdmissionReview body (a plain dict), the
 :class:`ClusterSnapshot`; output is a :class:`Decision` (allowed, denial message,
 warnings, JSON Patch operations) and the AdmissionReview response dict built from it.
 
-Three stages, each cheaper than the next (docs/design.md §7.1): :func:`verdict` reads the
-request alone (the node selector, ``reserved-node-ports``, ``allowed-namespaces``);
-:func:`cluster_verdict` adds what the port index answers in a few lookups (a port that is
-another Service's allocated ``nodePort``/``healthCheckNodePort``); :func:`cluster_warnings`
-runs :func:`app.core.nodeipam.select` (memoised) and :func:`app.core.ports.decide`, and is
-the only stage the route may skip when it runs out of time. Port rules: docs/design.md
+:func:`validate` is the validating webhook's one entry, which the route answers with and
+the tests call; it chains three stages, each cheaper than the next (docs/design.md §7.1):
+:func:`verdict` reads the request alone (the node selector, ``reserved-node-ports``,
+``allowed-namespaces``); :func:`cluster_verdict` adds what the port index answers in a few
+lookups (a port that is another Service's allocated ``nodePort``/``healthCheckNodePort``);
+:func:`cluster_warnings` runs :func:`app.core.nodeipam.select` (memoised) and
+:func:`app.core.ports.decide`, and is the only stage the route may skip when it runs out of
+time (:func:`checks_skipped`). :func:`mutate` is the mutating webhook's. Port rules: docs/design.md
 §4.9 (what the reconciler enforces) and §7 (what admission refuses or warns about).
 
 Wire rules follow ``admission.k8s.io/v1`` (kubernetes/api ``admission/v1/types.go``) and
@@ -269,10 +271,12 @@ def validate(
     settings: SelectionSettings,
     snapshot: ClusterSnapshot | None,
     publish: Callable[[Decision], None] | None = None,
+    prejudged: tuple[Decision, Subject | None] | None = None,
 ) -> Decision:
     """The validating webhook's decision for one request (docs/design.md §7): the one
-    admission pipeline the route answers with (:func:`verdict`, then
-    :func:`after_verdict`).
+    admission pipeline, which the route answers with and the tests call. Its stages, each
+    cheaper than the next: :func:`verdict` (the request alone), :func:`cluster_verdict`
+    (the node-port rule), ``publish``, :func:`cluster_warnings`.
 
     Denies, in Kubernetes field-error form (``field.Invalid``/``field.Forbidden`` as
     apimachinery renders them; several as an aggregate ``[e1, e2]``): a malformed node
@@ -298,37 +302,31 @@ def validate(
     warnings read the verdicts of the one selection function
     (:func:`app.core.nodeipam.select`).
 
-    ``publish`` gets the verdict (allowed, before the cluster-state warnings, which the
-    route may skip for time, docs/design.md §7.1) as soon as it is known.
+    Args:
+        request: the parsed review (:func:`parse_review`).
+        settings: the selection settings the reconciler runs with.
+        snapshot: the live cache (``None`` while it is not synced: the verdict from the
+            request alone, no node-port rule and no cluster-state warnings).
+        publish: called once, in the calling thread, with the allowed verdict (the node-port
+            rule included, the cluster-state warnings not yet) before those warnings are
+            computed, so the route can answer with it when their time budget runs out
+            (docs/design.md §7.1); not called for a denial or without cluster checks.
+        prejudged: what :func:`verdict` returned for ``request``, computed apart (the
+            route's worker process decodes a large body and returns it with the request
+            stripped of its objects); ``None``: computed here.
+
+    Returns:
+        The :class:`Decision`: allowed or denied (403 message), warnings in stage order.
 
     Raises:
         ReviewError: the Service cannot be read (a field of the wrong type).
-        NotMemoised: ``snapshot.memo_only`` and a cluster check is not memoised.
+        NotMemoised: ``snapshot.memo_only`` and a cluster check is not memoised (the
+            route then decides in a thread; ``publish`` may have been called).
     """
-    decision, subject = verdict(request, settings=settings)
-    if subject is None or snapshot is None:
-        return decision
-    return after_verdict(decision, subject, settings=settings, snapshot=snapshot, publish=publish)
-
-
-def after_verdict(
-    decision: Decision,
-    subject: Subject,
-    *,
-    settings: SelectionSettings,
-    snapshot: ClusterSnapshot,
-    publish: Callable[[Decision], None] | None = None,
-) -> Decision:
-    """The stages of :func:`validate` after :func:`verdict` (its ``decision`` and
-    ``subject``), for a verdict computed apart (the route's worker process decodes large
-    reviews and returns both): the node-port rule (:func:`cluster_verdict`, part of the
-    verdict), ``publish`` of the allowed verdict, then :func:`cluster_warnings`. A denied
-    ``decision`` comes back as it is.
-
-    Raises:
-        NotMemoised: ``snapshot.memo_only`` and a cluster check is not memoised.
-    """
-    if not decision.allowed:
+    if prejudged is None:
+        prejudged = verdict(request, settings=settings)
+    decision, subject = prejudged
+    if subject is None or snapshot is None or not decision.allowed:
         return decision
     decision = cluster_verdict(decision, subject, settings=settings, snapshot=snapshot)
     if not decision.allowed:
@@ -539,6 +537,20 @@ def with_warnings(decision: Decision, warnings: Sequence[str]) -> Decision:
     if not warnings:
         return decision
     return dataclasses.replace(decision, warnings=decision.warnings + tuple(warnings))
+
+
+def checks_skipped(decision: Decision, *, budget_seconds: float) -> Decision:
+    """``decision`` (the verdict :func:`validate` published) with the one warning that
+    stands for the cluster-state warnings when they did not finish within
+    ``budget_seconds`` (seconds; the setting ``cluster-check-seconds``): the route answers
+    with it and lets the check finish into the memo (docs/design.md §7.1)."""
+    return with_warnings(
+        decision,
+        [
+            "cluster checks skipped (selector match, ready endpoints, port conflicts):"
+            f" not done in {budget_seconds * 1000:.0f} ms"
+        ],
+    )
 
 
 def node_selector(request: AdmissionRequest, *, settings: SelectionSettings) -> str | None:

@@ -302,15 +302,33 @@ def test_an_update_keeping_a_node_port_conflict_is_allowed_with_a_warning() -> N
 
 
 def test_the_node_port_verdict_is_its_own_cheap_stage() -> None:
-    """cluster_verdict needs no select: a memo_only snapshot with an empty memo answers it."""
+    """The node-port rule needs no select: with a memo_only snapshot and an empty memo,
+    validate denies without raising NotMemoised (the warnings after it would)."""
     holder = svc("np", type="NodePort", cls=None, ports=((80, "TCP", 30080),))
     request = admission.parse_review(review(svc(ports=((30080, "TCP"),))))
-    decision, subject = admission.verdict(request, settings=LBIPAM)
-    assert subject is not None
     snapshot = snap(index(holder), memo=Decider(LBIPAM), memo_only=True)
-    assert not admission.cluster_verdict(
-        decision, subject, settings=LBIPAM, snapshot=snapshot
-    ).allowed
+    published: list[admission.Decision] = []
+    decision = admission.validate(
+        request, settings=LBIPAM, snapshot=snapshot, publish=published.append
+    )
+    assert not decision.allowed and not published
+
+
+def test_a_verdict_computed_apart_continues_through_validate() -> None:
+    """The route's worker process returns verdict() for a large body with the request
+    stripped of its objects; validate(prejudged=) runs the rest: the same decision."""
+    holder = svc("np", type="NodePort", cls=None, ports=((80, "TCP", 30080),))
+    for ports in (((30080, "TCP"),), ((8080, "TCP"),)):
+        request = admission.parse_review(review(svc(ports=ports)))
+        snapshot = snap(index(holder))
+        slim = dataclasses.replace(request, object=None, old_object=None)
+        apart = admission.validate(
+            slim,
+            settings=LBIPAM,
+            snapshot=snapshot,
+            prejudged=admission.verdict(request, settings=LBIPAM),
+        )
+        assert apart == admission.validate(request, settings=LBIPAM, snapshot=snapshot)
 
 
 def test_a_service_in_a_namespace_not_allowed_is_admitted_with_a_warning() -> None:

@@ -382,15 +382,17 @@ def test_large_body_is_decided_in_the_thread_pool(client: AppClient, pool_hops: 
 def test_the_webhook_answers_with_the_core_pipeline_the_tests_call(
     client: AppClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """/validate decides through app.core.admission.validate (on the event loop and in the
-    pool alike): the core tests exercise what the webhook answers, nothing the route adds."""
+    """/validate decides through app.core.admission.validate (on the event loop, in the
+    pool and after the worker process's verdict alike): the core tests exercise what the
+    webhook answers, nothing the route adds."""
     from app.core import admission
+    from app.web.reviewqueue import INLINE_BODY_BYTES
 
-    calls: list[str] = []
+    calls: list[tuple[str, bool]] = []
     real = admission.validate
 
     def spy(request: Any, **kwargs: Any) -> Any:
-        calls.append(request.name)
+        calls.append((request.name, kwargs.get("prejudged") is not None))
         return real(request, **kwargs)
 
     monkeypatch.setattr(admission, "validate", spy)
@@ -398,4 +400,11 @@ def test_the_webhook_answers_with_the_core_pipeline_the_tests_call(
         svc = service(name=name, cls="io.cilium/node", selector="role=gpu")
         answered = post(client, "/validate", review(svc)).json()["response"]
         assert answered["allowed"] and answered["warnings"]
-    assert calls.count("first") >= 1 and calls.count("second") >= 1
+    assert ("first", False) in calls and ("second", False) in calls
+    large = service(name="large", cls="io.cilium/node", selector="role=gpu")
+    large["metadata"]["annotations"]["example.com/padding"] = "x" * INLINE_BODY_BYTES
+    answered = post(client, "/validate", review(large)).json()["response"]
+    assert answered["warnings"] == [
+        f"{ANNOTATION} matches no node now: the Service gets no ingress"
+    ]
+    assert calls[-1] == ("large", True)  # the verdict from the worker process, then validate

@@ -6,15 +6,17 @@ when not received within 10 s), taking its share of the byte budget as it arrive
 decode it (400 with a reason for anything that is not an AdmissionReview, like
 controller-runtime's webhook server, including strings that are not valid Unicode and the
 non-numbers ``NaN``/``Infinity``/``1e999`` Go rejects), take a snapshot of the live cache
-when it is synced, call the pure decision and render the response review; on the event
-loop when the body is small, the node selector short and the answer needs no ``select`` (a
-hit in the app's :class:`~app.core.decision.Decider`, ``/mutate``), else in a
-review pool (:mod:`app.web.limits`). The verdict is due within ``review_deadline_seconds``
-(else 503, which the API server treats as a webhook failure: ``failurePolicy``); the
-cluster-state warnings get ``cluster_check_seconds`` after it and are skipped with one
-warning saying so when that runs out (docs/design.md §7.1). Answer HTTP 200 and only then
-count the request by path and verdict. Anything else the body makes fail is a logged 400,
-never a 500.
+when it is synced, call the one core entry (:func:`app.core.admission.validate`, whose
+stages the route never sequences itself; :func:`~app.core.admission.mutate` for
+``/mutate``) and render the response review; on the event loop when the body is small, the
+node selector short and the answer needs no ``select`` (a hit in the app's
+:class:`~app.core.decision.Decider`, ``/mutate``), else in a review pool
+(:mod:`app.web.limits`; the bookkeeping in :mod:`app.web.reviewqueue`). The verdict is
+due within ``review_deadline_seconds`` (else 503, which the API server treats as a webhook
+failure: ``failurePolicy``); the cluster-state warnings get ``cluster_check_seconds``
+after it and are skipped with one warning saying so when that runs out (docs/design.md
+§7.1). Answer HTTP 200 and only then count the request by path and verdict. Anything else
+the body makes fail is a logged 400, never a 500.
 """
 
 from __future__ import annotations
@@ -219,16 +221,10 @@ async def _decide_off_loop_if_needed(
     # The cluster-state warnings ran out of time: answer the verdict now (the check goes
     # on in its thread and memoises its result for the next identical review).
     review, decision = job.verdict.result()
-    skipped = admission.with_warnings(decision, [_skipped_warning(state)])
-    return review, skipped, JSONResponse(admission.review_response(review, skipped))
-
-
-def _skipped_warning(state: AppState) -> str:
-    budget_ms = state.settings.cluster_check_seconds * 1000
-    return (
-        "cluster checks skipped (selector match, ready endpoints, port conflicts):"
-        f" not done in {budget_ms:.0f} ms"
+    skipped = admission.checks_skipped(
+        decision, budget_seconds=state.settings.cluster_check_seconds
     )
+    return review, skipped, JSONResponse(admission.review_response(review, skipped))
 
 
 def _finished(task: asyncio.Future[Answer], *, slot: HeavySlot) -> None:
@@ -251,8 +247,8 @@ def _run_job(job: Job, *, path: str) -> Answer:
     raw, job.raw = job.raw, None
     if not job.heavy:
         return _answer(raw, job.state, path=path, memo_only=False, job=job)
-    # Decoding and the verdict in the worker process; the cluster checks here, where the
-    # cache is.
+    # Decoding and the verdict in the worker process; the rest of the pipeline here, where
+    # the cache is.
     state = job.state
     review, decision, subject = state.limits.pools.apart(
         decide_apart,
@@ -261,14 +257,9 @@ def _run_job(job: Job, *, path: str) -> Answer:
         path,
         timeout=max(0.0, job.deadline - time.perf_counter()),
     )
-    snapshot = _snapshot(review, state, memo_only=False)
-    if subject is not None and snapshot is not None:
-        decision = admission.after_verdict(
-            decision,
-            subject,
-            settings=state.selection,
-            snapshot=snapshot,
-            publish=functools.partial(job.publish, review),
+    if path != "/mutate":
+        decision = _decide(
+            review, state, path=path, memo_only=False, job=job, prejudged=(decision, subject)
         )
     return review, decision, JSONResponse(admission.review_response(review, decision))
 
@@ -279,8 +270,9 @@ def decide_apart(
     """Decode ``raw`` and decide without cluster state (runs in the worker process).
 
     Returns the request without its ``object``/``oldObject`` (only the small parts travel
-    back), the decision (:func:`app.core.admission.verdict`, or
-    :func:`~app.core.admission.mutate`) and, when the cluster checks apply, the
+    back), the decision (:func:`app.core.admission.verdict`, the first stage of
+    :func:`~app.core.admission.validate`, which the server process then runs on with it;
+    or :func:`~app.core.admission.mutate`) and, when the cluster checks apply, the
     :class:`~app.core.admission.Subject` they read (the Service's view and ports).
 
     Raises:
@@ -358,10 +350,12 @@ def _decide(
     path: str,
     memo_only: bool,
     job: Job | None = None,
+    prejudged: tuple[admission.Decision, admission.Subject | None] | None = None,
 ) -> admission.Decision:
     """The decision the route answers with: :func:`app.core.admission.mutate` or
     :func:`app.core.admission.validate` on the live cache (when synced), the verdict
-    published to ``job`` before the cluster-state warnings (docs/design.md §7.1).
+    published to ``job`` before the cluster-state warnings (docs/design.md §7.1);
+    ``prejudged``: validate's first stage, computed by :func:`decide_apart`.
 
     Raises:
         NotMemoised: ``memo_only`` and the decision would have to call ``select``
@@ -379,6 +373,7 @@ def _decide(
         settings=settings,
         snapshot=_snapshot(review, state, memo_only=memo_only),
         publish=None if job is None else functools.partial(job.publish, review),
+        prejudged=prejudged,
     )
 
 
