@@ -38,10 +38,12 @@ from app.core.nodeipam import (
     Selection,
     Summary,
     apply_ownership,
+    is_managed,
     select,
     summarise,
 )
 from app.core.options import SelectionSettings
+from app.core.pools import NO_POOL_SET, NO_POOLS, Choice, NamespaceLabels, Pool, PoolSet
 from app.core.ports import (
     NO_CONFLICT,
     OWNERSHIP_FIELDS,
@@ -246,6 +248,22 @@ class Outcome:
         )
 
     @classmethod
+    def refused(cls, choice: Choice) -> Outcome:
+        """The outcome of a Service its NodeAddressPools refuse (docs/design.md §4.12): no
+        address, ``choice``'s code and reason (also the ``NoEligibleNodes``-style note)."""
+        return cls(
+            ingress=(),
+            error=None,
+            reason=choice.reason,
+            recheck_at=None,
+            empty_note=choice.reason,
+            hidden_note=None,
+            code=choice.code or "",
+            selected=0,
+            hidden=0,
+        )
+
+    @classmethod
     def of_summary(cls, summary: Summary) -> Outcome:
         """The outcome of a non-empty :func:`~app.core.nodeipam.summarise` result (equal to
         :meth:`of` on the Selection ``select`` gives for the same inputs)."""
@@ -269,10 +287,12 @@ class Outcome:
 SELECTION_FIELDS = tuple(
     f.name
     for f in dataclasses.fields(ServiceView)
-    if f.compare and f.name not in ("ingress", "ingress_ports", "resource_version")
+    if f.compare and f.name not in ("ingress", "ingress_ports", "resource_version", "labels")
 )
-"""The ServiceView fields a decision can depend on: all but the status, the version and the
-fields left out of equality (``uid``: our Events' ``regarding`` only)."""
+"""The ServiceView fields a decision can depend on through ``select`` and port ownership:
+all but the status, the version, the labels (they choose a NodeAddressPool only, which
+keys a shared selection by itself, :meth:`Decider.choice`) and the fields left out of
+equality (``uid``: our Events' ``regarding`` only)."""
 SHARED_FIELDS = tuple(
     name for name in SELECTION_FIELDS if name not in ("namespace", "name", *OWNERSHIP_FIELDS)
 )
@@ -299,6 +319,10 @@ def _no_slices(namespace: str, name: str) -> Sequence[EndpointSliceView]:
     return ()
 
 
+def _no_labels(namespace: str) -> Mapping[str, str] | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The cluster state one decision reads.
@@ -317,6 +341,11 @@ class Snapshot:
     endpoint_slices_of: Callable[[str, str], Sequence[EndpointSliceView]] = _no_slices
     unhealthy: Mapping[str, str] = field(default_factory=lambda: NO_UNHEALTHY)
     port_version: int | None = None
+    pools: PoolSet = NO_POOL_SET
+    """Every NodeAddressPool (§4.12; compared by identity: the cache builds a new set on
+    each change of a pool, or of a namespace's labels while pools exist)."""
+    namespace_labels: NamespaceLabels = _no_labels
+    """A namespace's labels by name (what pools' ``namespaceSelectors`` match)."""
 
 
 class NotMemoised(LookupError):
@@ -332,6 +361,7 @@ _ClaimEntry = tuple[
     Mapping[str, str],
     frozenset[str],
     float,
+    PoolSet,
 ]
 
 
@@ -368,6 +398,7 @@ class Decider:
         self._lock = threading.Lock()
         self._nodes: object | None = None
         self._unhealthy: object | None = None
+        self._pools: object | None = None
         # key -> (Outcome, valid from, EndpointSlices it was computed with)
         self._outcomes: dict[tuple[Any, ...], tuple[Outcome, float, tuple[Any, ...]]] = {}
         self._claims: dict[tuple[str, str], _ClaimEntry] = {}
@@ -385,13 +416,26 @@ class Decider:
         with self._lock:
             self._claims.pop((namespace, name), None)
 
+    def choice(self, service: ServiceView, snap: Snapshot) -> Choice:
+        """The NodeAddressPool ``service`` uses on ``snap``, or why it gets none
+        (:meth:`app.core.pools.PoolSet.choose`, docs/design.md §4.12); no pools, or a
+        Service that is not managed (§3): :data:`~app.core.pools.NO_POOLS`."""
+        if not snap.pools or not is_managed(service, self.settings)[0]:
+            return NO_POOLS
+        return snap.pools.choose(service, snap.namespace_labels)
+
     def outcome(self, service: ServiceView, snap: Snapshot, *, compute: bool = True) -> Outcome:
         """What ``select`` gives ``service`` on ``snap`` (docs/design.md §4, §4.11), as an
-        :class:`Outcome`, memoised by :func:`selection_key`.
+        :class:`Outcome`, memoised by :func:`selection_key` and the NodeAddressPool it
+        uses (§4.12; a Service its pools refuse gets :meth:`Outcome.refused`).
 
         Raises:
             NotMemoised: ``compute`` is false and no valid memoised Outcome exists.
         """
+        choice = self.choice(service, snap)
+        if choice.refused:
+            return Outcome.refused(choice)
+        pool = choice.pool
         local = service.external_traffic_policy == "Local"
         slices = tuple(snap.endpoint_slices_of(service.namespace, service.name)) if local else ()
         if len(service.match_node_labels or "") > MAX_SELECTOR_CHARS or (
@@ -399,12 +443,19 @@ class Decider:
         ):
             if not compute:
                 raise NotMemoised("node selector too long to memoise")
-            return self._select(service, snap, slices)
+            return self._select(service, snap, slices, pool)
         key = selection_key(service)
+        if pool is not None:
+            key = (*key, pool.name)
         now = snap.now
         with self._lock:
-            if self._nodes is not snap.nodes or self._unhealthy is not snap.unhealthy:
+            if (
+                self._nodes is not snap.nodes
+                or self._unhealthy is not snap.unhealthy
+                or self._pools is not snap.pools
+            ):
                 self._nodes, self._unhealthy = snap.nodes, snap.unhealthy
+                self._pools = snap.pools
                 self._outcomes, self._addresses = {}, 0
             found = self._outcomes.get(key)
             if found is not None:
@@ -421,11 +472,15 @@ class Decider:
             if not compute:
                 raise NotMemoised("no memoised selection for these inputs")
             self.misses += 1
-        outcome = self._select(service, snap, slices)
+        outcome = self._select(service, snap, slices, pool)
         # select reads ``now`` only for the NotReady grace period.
         since = now if self.settings.exclude_not_ready_nodes else -math.inf
         with self._lock:
-            if self._nodes is snap.nodes and self._unhealthy is snap.unhealthy:
+            if (
+                self._nodes is snap.nodes
+                and self._unhealthy is snap.unhealthy
+                and self._pools is snap.pools
+            ):
                 size = len(outcome.ingress or ())
                 old = self._outcomes.pop(key, None)
                 if old is not None:
@@ -437,7 +492,11 @@ class Decider:
         return outcome
 
     def _select(
-        self, service: ServiceView, snap: Snapshot, slices: Sequence[EndpointSliceView]
+        self,
+        service: ServiceView,
+        snap: Snapshot,
+        slices: Sequence[EndpointSliceView],
+        pool: Pool | None,
     ) -> Outcome:
         inputs: dict[str, Any] = {
             "service": service,
@@ -446,6 +505,7 @@ class Decider:
             "settings": self.settings,
             "now": snap.now,
             "unhealthy": snap.unhealthy,
+            "pool": pool,
         }
         # summarise walks only the candidates (for eTP=Local: the endpoints' Nodes); it
         # answers None when the outcome needs select's verdicts (empty ingress, errors).
@@ -510,6 +570,7 @@ class Decider:
                 and entry[1] is snap.nodes
                 and entry[2] == version
                 and entry[4] is snap.unhealthy
+                and entry[7] is snap.pools
                 and len(entry[3]) == len(slices)
                 and all(a is b for a, b in zip(entry[3], slices, strict=True))
                 and snap.now < entry[6]
@@ -524,6 +585,7 @@ class Decider:
                     self._claims.clear()
                 self._claims[key] = (
                     other, snap.nodes, version, slices, snap.unhealthy, claimed, until,
+                    snap.pools,
                 )  # fmt: skip
             return claimed
 
@@ -578,6 +640,12 @@ class Decider:
         after the same port ownership as :meth:`decide` (:func:`apply_ownership`), its
         ingress entries carrying the Service's ports (``ports``, core/v1 ``PortStatus``)
         as the reconciler writes them."""
+        choice = self.choice(service, snap)
+        if choice.refused:
+            return Selection(
+                service.namespace, service.name, True, choice.reason, (), None, (), (),
+                None, choice.code or "",
+            )  # fmt: skip
         local = service.external_traffic_policy == "Local"
         selection = select(
             service=service,
@@ -588,6 +656,7 @@ class Decider:
             settings=self.settings,
             now=snap.now,
             unhealthy=snap.unhealthy,
+            pool=choice.pool,
         )
         if not selection.ingress:
             return selection

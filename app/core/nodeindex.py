@@ -40,6 +40,10 @@ MAX_INDEXED_KEYS = 32
 other keys are matched against every Node, as before."""
 
 
+MAX_SETS = 64
+"""Pool node sets (:meth:`NodeIndex.within`) one index keeps (then it starts over)."""
+
+
 class NodeIndex:
     """An immutable Node snapshot plus a thread-safe memo ``selector → matching positions``.
 
@@ -55,6 +59,7 @@ class NodeIndex:
         "_memo",
         "_memo_size",
         "_mismatch",
+        "_sets",
         "nodes",
     )
 
@@ -66,10 +71,26 @@ class NodeIndex:
         self._by_name: dict[str, tuple[int, ...]] | None = None
         self._by_label: dict[str, dict[str, array[int]]] = {}
         self._by_address: dict[str, str] | None = None
+        self._sets: dict[Selector, frozenset[int]] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    def within(self, selector: Selector) -> frozenset[int]:
+        """:meth:`matching` as a set, memoised per selector: the nodes of a
+        NodeAddressPool's ``spec.nodeSelector`` (docs/design.md §4.12), which every
+        decision of the pool's Services intersects with. At most :data:`MAX_SETS` kept."""
+        with self._lock:
+            hit = self._sets.get(selector)
+        if hit is not None:
+            return hit
+        found = frozenset(self.matching(selector))
+        with self._lock:
+            if len(self._sets) >= MAX_SETS:
+                self._sets.clear()
+            self._sets[selector] = found
+        return found
 
     def matching(self, selector: Selector | None) -> Sequence[int]:
         """Positions in :attr:`nodes` of the Nodes ``selector`` matches, ascending

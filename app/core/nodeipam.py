@@ -28,6 +28,7 @@ from app.core.codes import (
     EXTERNAL_IP_PREFERRED,
     NO_ADDRESS_OF_FAMILY,
     NO_READY_ENDPOINT,
+    NOT_IN_POOL,
     NOT_READY,
     PORT_IN_USE,
     SELECTED,
@@ -36,6 +37,7 @@ from app.core.codes import (
 from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex, node_index
 from app.core.options import BOTH_ADDRESS_TYPES, EXTERNAL_IP, INTERNAL_IP, SelectionSettings
+from app.core.pools import Pool
 from app.core.ports import (
     Ownership,
 )
@@ -97,6 +99,9 @@ class Selection:
     warnings: tuple[str, ...]
     recheck_at: float | None
     code: str
+    pool: str | None = None
+    """The NodeAddressPool whose nodes the Service chose among (docs/design.md §4.12;
+    ``None``: no pool objects exist, or the Service was refused one)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The preview JSON item: ``namespace``, ``name``, ``managed``, ``code``, ``reason``,
@@ -116,6 +121,7 @@ class Selection:
             ],
             "warnings": list(self.warnings),
             "recheckAt": self.recheck_at,
+            "pool": self.pool,
         }
 
 
@@ -354,6 +360,7 @@ def select(
     settings: SelectionSettings,
     now: float,
     unhealthy: Mapping[str, str] = NO_UNHEALTHY,
+    pool: Pool | None = None,
 ) -> Selection:
     """Compute ``service``'s ingress and explain it (docs/design.md §3-§4).
 
@@ -368,6 +375,10 @@ def select(
         now: current time, epoch seconds (only the NotReady grace period reads it).
         unhealthy: node name -> why, the nodes failing their health checks
             (:attr:`app.core.nodehealth.HealthView.unhealthy`; empty with health checks off).
+        pool: the NodeAddressPool the Service uses (:meth:`app.core.pools.PoolSet.choose`;
+            ``None``: no pools): the selector chooses among its nodes only (the others get
+            ``NotInPool``), and its ``addressTypes``/``ignoreExcludeLabel`` replace the
+            settings' (docs/design.md §4.12).
 
     Steps: selector annotation (apimachinery ``labels.Parse``; a parse error gives
     ``error`` and ``ingress=None``, an empty value matches all nodes), KEP-3458 node
@@ -380,6 +391,8 @@ def select(
     managed, why = is_managed(service, settings)
     if not managed:
         return _not_managed(service, why, settings)
+    if pool is not None:
+        settings = pool.settings(settings)
     warnings: list[str] = []
     try:
         selector = _selector(service, settings, warnings)
@@ -401,6 +414,15 @@ def select(
     verdicts: list[NodeVerdict | None] = (
         [None] * len(node_list) if selector is None else list(index.mismatch_verdicts())
     )
+    in_selector = len(matching)
+    if pool is not None and pool.node_selector is not None:
+        inside = index.within(pool.node_selector)
+        key = (NOT_IN_POOL, pool.name, pool.describe_nodes())
+        for i in matching:
+            if i not in inside:
+                node = node_list[i]
+                verdicts[i] = node.verdict_cache.get(key) or new_verdict(node, key)
+        matching = [i for i in matching if i in inside]
     matched = len(matching)
     indices, candidates, eligible = _filter_nodes(
         nodes=node_list,
@@ -415,19 +437,26 @@ def select(
         for n in candidates
         if n.invalid_addresses
     )
-    pool = len(candidates)
+    count = len(candidates)
     ingress, selected, recheck_at = _advertise(
         indices, candidates, verdicts, families=families, wanted=wanted,
         settings=settings, now=now, warnings=warnings, unhealthy=unhealthy,
     )  # fmt: skip
     code, reason = selection_reason(
-        ingress=ingress, counts=(len(node_list), matched, eligible, pool, selected),
+        ingress=ingress, counts=(len(node_list), matched, eligible, count, selected),
         selector=selector, wanted=wanted, local=local,
     )  # fmt: skip
+    if pool is not None and not ingress and in_selector and not matched:
+        code = NOT_IN_POOL
+        reason = (
+            f"no Node the node selector matches is among the nodes of NodeAddressPool"
+            f" {pool.name} (spec.nodeSelector {pool.describe_nodes()}): select among them,"
+            " or ask an administrator for a pool with these nodes"
+        )
     return Selection(
         service.namespace, service.name, True, reason, tuple(ingress), None,
         tuple(verdicts),  # type: ignore[arg-type]  # every slot is filled by now
-        tuple(warnings), recheck_at, code,
+        tuple(warnings), recheck_at, code, None if pool is None else pool.name,
     )  # fmt: skip
 
 
@@ -439,6 +468,7 @@ def summarise(
     settings: SelectionSettings,
     now: float,
     unhealthy: Mapping[str, str] = NO_UNHEALTHY,
+    pool: Pool | None = None,
 ) -> Summary | None:
     """:func:`select`'s ingress, reason, ``recheck_at`` and ExternalIPPreferred Nodes for a
     managed Service with a non-empty ingress, at the cost of its candidates only.
@@ -459,6 +489,8 @@ def summarise(
     """
     if not is_managed(service, settings)[0]:
         return None
+    if pool is not None:
+        settings = pool.settings(settings)
     ignored: list[str] = []
     try:
         selector = _selector(service, settings, ignored)
@@ -469,6 +501,11 @@ def summarise(
     ignore_label = settings.ignore_exclude_lb
     node_list = nodes.nodes
     matching = nodes.matching(selector)
+    if pool is not None and pool.node_selector is not None:
+        inside = nodes.within(pool.node_selector)
+        matching = [i for i in matching if i in inside]
+        if not matching:
+            return None
     if service.external_traffic_policy == LOCAL:
         ready = nodes.positions(_ready_node_names(service, endpoint_slices))
         if selector is not None:
@@ -486,9 +523,9 @@ def summarise(
         return None
     # With a non-empty ingress the reason reads only the Node total and the advertised
     # count; the other counts matter only for an empty one, which went to select().
-    pool = len(candidates)
+    count = len(candidates)
     _, reason = selection_reason(
-        ingress=ingress, counts=(len(node_list), len(matching), pool, pool, selected),
+        ingress=ingress, counts=(len(node_list), len(matching), count, count, selected),
         selector=selector, wanted=wanted, local=service.external_traffic_policy == LOCAL,
     )  # fmt: skip
     hidden = tuple(

@@ -17,9 +17,12 @@ from app.core.codes import (
     EXTERNAL_IP_PREFERRED,
     NAMESPACE_NOT_ALLOWED,
     NO_ADDRESS_OF_FAMILY,
+    NO_POOL,
     NO_READY_ENDPOINT,
+    NOT_IN_POOL,
     NOT_READY,
     PORT_IN_USE,
+    PORT_NOT_IN_POOL,
     SELECTED,
     SELECTOR_MISMATCH,
     UNHEALTHY,
@@ -93,6 +96,8 @@ def new_verdict(node: NodeView, key: VerdictKey) -> NodeVerdict:
         reason = f"Ready condition not True for longer than the {arg[0]:g}s grace period"
     elif code == UNHEALTHY:
         reason = f"{arg[0]}; not advertised while healthy nodes are"
+    elif code == NOT_IN_POOL:
+        reason = f"not among the nodes of NodeAddressPool {arg[0]} (spec.nodeSelector {arg[1]})"
     elif code == NO_ADDRESS_OF_FAMILY:
         reason = f"no ExternalIP or InternalIP of family {family_names(arg[0])}{invalid}"
     else:
@@ -117,6 +122,9 @@ PENDING_CODES = (
     NO_ADDRESS_OF_FAMILY,
     PORT_IN_USE,
     NAMESPACE_NOT_ALLOWED,
+    NOT_IN_POOL,
+    NO_POOL,
+    PORT_NOT_IN_POOL,
 )
 """``Selection.code`` of a managed Service with an empty ingress (``<pending>``): the first
 step of docs/design.md §4 that emptied the list, in step order: no Node at all, the

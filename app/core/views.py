@@ -219,6 +219,9 @@ class ServiceView:
     # the ``ingress`` entries, so equal address lists stay shared between Services
     # (shared_ingress). ``None``: no entry records ports, or they differ (kept per entry).
     ingress_ports: tuple[tuple[Any, Any, Any], ...] | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    """``metadata.labels`` as sorted pairs: what a NodeAddressPool's ``serviceSelectors``
+    match (docs/design.md §4.12); ``select`` never reads them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,6 +433,7 @@ def service_view(
         ),
         external_ips=_external_ips(_list(spec.get("externalIPs"), "spec.externalIPs")),
         created=_epoch(meta.get("creationTimestamp")),
+        labels=tuple(sorted(_string_map(meta.get("labels"), "metadata.labels").items())),
     )
 
 

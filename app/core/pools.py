@@ -1,0 +1,423 @@
+"""Address pools: which nodes, ports and address types a Service may get (docs/design.md §4.12).
+
+A ``NodeAddressPool`` (``node-ipam-lb.io/v1alpha1``, cluster-scoped, written by an
+administrator; deploy/base/crd-nodeaddresspools.yaml) grants the Services it applies to
+(``spec.serviceAllocation``: MetalLB's ``IPAddressPool`` fields ``priority``,
+``namespaces``, ``namespaceSelectors``, ``serviceSelectors``) the nodes its
+``spec.nodeSelector`` matches, on the ports of ``spec.ports``, publishing the address
+types of ``spec.addressTypes``.
+
+The rule (:meth:`PoolSet.choose`):
+
+- **No pool object at all**: today's behaviour, unchanged (Cilium compatibility).
+- Otherwise a managed Service uses **one** pool, MetalLB's way: the first, in order of
+  ``priority`` (lower first; a pool without one after every pool with one) then name,
+  that applies to it and grants every port of its ``spec.ports``. Its annotation then
+  selects among that pool's nodes only, and the pool's ``addressTypes`` and
+  ``ignoreExcludeLabel`` override the settings ``address-types`` and ``ignore-exclude-lb``.
+- No pool applies to the Service: it gets no address (``NoPool``). Pools apply to it but
+  none grants all its ports: it gets no address (``PortNotInPool``), the first such pool
+  and the port named. Both fail closed: a tenant gets nothing an administrator did not
+  grant, with the webhook in the path or not.
+
+``allowed-namespaces`` still applies on top (both must allow a namespace). A pool whose
+selectors do not parse (the API server's schema cannot check label syntax) applies to
+nobody. ``serviceSelectors`` read labels the Service's author sets, so only the namespace
+fields separate tenants. Pure: the cache supplies the pools and the namespaces' labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core.codes import NO_POOL, PORT_NOT_IN_POOL
+from app.core.options import ADDRESS_TYPES, SelectionSettings, normal_address_types
+from app.core.ports import PortRange
+from app.core.selector import Selector, SelectorError, go_quote, parse
+from app.core.views import ServiceView
+
+GROUP = "node-ipam-lb.io"
+VERSION = "v1alpha1"
+KIND = "NodeAddressPool"
+PLURAL = "nodeaddresspools"
+API_VERSION = f"{GROUP}/{VERSION}"
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+MAX_POOLS = 1024
+"""Pools the schema's list bound would not stop; :class:`PoolSet` reads the first ones (by
+order) only, so one decision costs at most this many pool checks."""
+POOLS_SHOWN = 3
+"""Pool names a refusal lists before "and N more"."""
+
+NamespaceLabels = Callable[[str], Mapping[str, str] | None]
+"""A namespace's labels by name (``None``: the namespace is not known, matches no
+``namespaceSelectors``)."""
+
+
+def _no_namespaces(namespace: str) -> Mapping[str, str] | None:
+    return None
+
+
+def label_selector(value: object, *, field: str) -> Selector | None:
+    """A metav1 ``LabelSelector`` (``matchLabels``, ``matchExpressions`` with operators
+    ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``) as our :class:`Selector`, with
+    apimachinery's ``LabelSelectorAsSelector`` meaning: an empty selector ``{}`` matches
+    everything (``None`` is returned for it).
+
+    Raises:
+        ValueError: not a LabelSelector, or a key, value or operator apimachinery
+            refuses; the message names ``field`` (e.g. ``spec.nodeSelector``).
+    """
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{field}: Invalid value: must be an object")
+    parts: list[str] = []
+    labels = value.get("matchLabels") or {}
+    if not isinstance(labels, Mapping):
+        raise ValueError(f"{field}.matchLabels: Invalid value: must be an object")
+    for key, val in sorted(labels.items()):
+        if not isinstance(val, str):
+            raise ValueError(f"{field}.matchLabels[{key}]: Invalid value: must be a string")
+        parts.append(f"{key}={val}")
+    expressions = value.get("matchExpressions") or []
+    if not isinstance(expressions, list):
+        raise ValueError(f"{field}.matchExpressions: Invalid value: must be a list")
+    for i, expr in enumerate(expressions):
+        where = f"{field}.matchExpressions[{i}]"
+        if not isinstance(expr, Mapping):
+            raise ValueError(f"{where}: Invalid value: must be an object")
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{where}.key: Required value")
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ValueError(f"{where}.values: Invalid value: must be a list of strings")
+        if op in ("In", "NotIn"):
+            if not values:
+                raise ValueError(
+                    f"{where}.values: Required value: must be specified when `operator` is"
+                    " 'In' or 'NotIn'"
+                )
+            parts.append(f"{key} {op.lower()} ({','.join(values)})")
+        elif op in ("Exists", "DoesNotExist"):
+            if values:
+                raise ValueError(
+                    f"{where}.values: Forbidden: may not be specified when `operator` is"
+                    " 'Exists' or 'DoesNotExist'"
+                )
+            parts.append(key if op == "Exists" else f"!{key}")
+        else:
+            raise ValueError(
+                f"{where}.operator: Unsupported value: {go_quote(str(op))}: supported"
+                ' values: "In", "NotIn", "Exists", "DoesNotExist"'
+            )
+    if not parts:
+        return None
+    try:
+        return parse(",".join(parts))
+    except SelectorError as err:
+        raise ValueError(f"{field}: Invalid value: {err}") from err
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """One ``NodeAddressPool``, as the decision reads it.
+
+    ``node_selector``: ``None`` matches every node; ``ports``: ``None`` grants every port;
+    ``address_types`` / ``ignore_exclude_label``: ``None`` keeps the setting;
+    ``namespaces`` / ``namespace_selectors``: both empty allow every namespace, else the
+    namespace must be listed or match one selector (``None`` in the tuple: an empty
+    selector, matches every namespace); ``service_selectors``: empty allows every Service,
+    else one must match its labels; ``priority``: ``None`` orders after every number.
+    ``error``: why the object is unusable (it then applies to nobody)."""
+
+    name: str
+    node_selector: Selector | None = None
+    ports: tuple[PortRange, ...] | None = None
+    address_types: str | None = None
+    ignore_exclude_label: bool | None = None
+    namespaces: frozenset[str] = frozenset()
+    namespace_selectors: tuple[Selector | None, ...] = ()
+    service_selectors: tuple[Selector | None, ...] = ()
+    priority: int | None = None
+    error: str | None = None
+    _settings: dict[int, SelectionSettings] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+
+    @property
+    def order(self) -> tuple[bool, int, str]:
+        """Sort key: priority (lower first, ``None`` last), then name."""
+        return (self.priority is None, self.priority or 0, self.name)
+
+    def applies(self, service: ServiceView, namespace_labels: Mapping[str, str] | None) -> bool:
+        """Whether ``spec.serviceAllocation`` lets ``service`` use this pool."""
+        if self.error is not None:
+            return False
+        if self.namespaces or self.namespace_selectors:
+            listed = service.namespace in self.namespaces
+            if not listed and not any(
+                s is None or (namespace_labels is not None and s.matches(namespace_labels))
+                for s in self.namespace_selectors
+            ):
+                return False
+        if self.service_selectors:
+            labels = dict(service.labels)
+            return any(s is None or s.matches(labels) for s in self.service_selectors)
+        return True
+
+    def uncovered(self, ports: Iterable[tuple[str, int]]) -> tuple[str, int] | None:
+        """The first ``(protocol, port)`` of ``ports`` that ``spec.ports`` does not grant,
+        or ``None``."""
+        if self.ports is None:
+            return None
+        for protocol, port in ports:
+            if not any(r.covers(protocol, port) for r in self.ports):
+                return protocol, port
+        return None
+
+    def settings(self, base: SelectionSettings) -> SelectionSettings:
+        """``base`` with this pool's ``addressTypes`` and ``ignoreExcludeLabel`` (kept
+        per ``base`` object, so a decision builds it once)."""
+        if self.address_types is None and self.ignore_exclude_label is None:
+            return base
+        found = self._settings.get(id(base))
+        if found is None:
+            changes: dict[str, Any] = {}
+            if self.address_types is not None:
+                changes["address_types"] = self.address_types
+                if self.address_types != ADDRESS_TYPES[0]:
+                    changes["per_node_address_fallback"] = False
+            if self.ignore_exclude_label is not None:
+                changes["ignore_exclude_lb"] = self.ignore_exclude_label
+            found = dataclasses.replace(base, **changes)
+            self._settings.clear()  # one settings object per process in practice
+            self._settings[id(base)] = found
+        return found
+
+    def describe_ports(self) -> str:
+        """``spec.ports`` as text: ``"80, 443, 8000-8999/TCP"`` or ``"every port"``."""
+        if self.ports is None:
+            return "every port"
+        return ", ".join(str(r) for r in self.ports) or "no port"
+
+    def describe_nodes(self) -> str:
+        """``spec.nodeSelector`` as a selector string, or ``"every node"``."""
+        return "every node" if self.node_selector is None else str(self.node_selector)
+
+
+def pool_from_object(obj: Mapping[str, Any]) -> Pool:
+    """The :class:`Pool` of a ``NodeAddressPool`` object; never raises on content: an
+    unusable spec gives a Pool with ``error`` set (naming the field, apimachinery style),
+    which applies to nobody.
+
+    The API server's schema (deploy/base/crd-nodeaddresspools.yaml) already checks types,
+    enums, port bounds and ``endPort >= port`` (CEL); this re-checks what the decision
+    relies on, since a pool written before the schema, or by a bare API server, reaches us
+    too.
+    """
+    meta = obj.get("metadata")
+    name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+    try:
+        return _pool(name, obj.get("spec") or {})
+    except ValueError as err:
+        return Pool(name=name, error=str(err))
+
+
+def _pool(name: str, spec: object) -> Pool:
+    if not isinstance(spec, Mapping):
+        raise ValueError("spec: Invalid value: must be an object")
+    raw_selector = spec.get("nodeSelector")
+    node_selector = (
+        None if raw_selector is None else label_selector(raw_selector, field="spec.nodeSelector")
+    )
+    ports: tuple[PortRange, ...] | None = None
+    if spec.get("ports") is not None:
+        ports = tuple(
+            _port_range(p, f"spec.ports[{i}]") for i, p in enumerate(_items(spec, "ports"))
+        )
+    types = spec.get("addressTypes")
+    address_types = None
+    if types is not None:
+        if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
+            raise ValueError(
+                "spec.addressTypes: Invalid value: must be a non-empty list of strings"
+            )
+        try:
+            address_types = normal_address_types(",".join(types))
+        except ValueError as err:
+            raise ValueError(
+                f"spec.addressTypes: Unsupported value: {json.dumps(types)}: supported"
+                ' values: "ExternalIP", "InternalIP"'
+            ) from err
+    ignore = spec.get("ignoreExcludeLabel")
+    if ignore is not None and not isinstance(ignore, bool):
+        raise ValueError("spec.ignoreExcludeLabel: Invalid value: must be a boolean")
+    allocation = spec.get("serviceAllocation") or {}
+    if not isinstance(allocation, Mapping):
+        raise ValueError("spec.serviceAllocation: Invalid value: must be an object")
+    where = "spec.serviceAllocation"
+    priority = allocation.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise ValueError(f"{where}.priority: Invalid value: must be an integer")
+    namespaces = _items(allocation, "namespaces", where)
+    if not all(isinstance(n, str) for n in namespaces):
+        raise ValueError(f"{where}.namespaces: Invalid value: must be a list of strings")
+    return Pool(
+        name=name,
+        node_selector=node_selector,
+        ports=ports,
+        address_types=address_types,
+        ignore_exclude_label=ignore,
+        namespaces=frozenset(namespaces),
+        namespace_selectors=tuple(
+            label_selector(s, field=f"{where}.namespaceSelectors[{i}]")
+            for i, s in enumerate(_items(allocation, "namespaceSelectors", where))
+        ),
+        service_selectors=tuple(
+            label_selector(s, field=f"{where}.serviceSelectors[{i}]")
+            for i, s in enumerate(_items(allocation, "serviceSelectors", where))
+        ),
+        priority=priority,
+    )
+
+
+def _items(obj: Mapping[str, Any], key: str, where: str = "spec") -> list[Any]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{where}.{key}: Invalid value: must be a list")
+    return value
+
+
+def _port_range(value: object, where: str) -> PortRange:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: Invalid value: must be an object")
+    port, end, protocol = value.get("port"), value.get("endPort"), value.get("protocol")
+    for key, number in (("port", port), ("endPort", end)):
+        if number is None and key == "endPort":
+            continue
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
+            raise ValueError(
+                f"{where}.{key}: Invalid value: {number!r}: must be between 1 and 65535, inclusive"
+            )
+    assert isinstance(port, int)
+    last = port if not isinstance(end, int) else end
+    if last < port:
+        raise ValueError(
+            f"{where}.endPort: Invalid value: {last}: must be greater than or equal to"
+            f" port ({port})"
+        )
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ValueError(
+            f"{where}.protocol: Unsupported value: {go_quote(str(protocol))}: supported"
+            ' values: "TCP", "UDP", "SCTP"'
+        )
+    return PortRange(port, last, protocol)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What :meth:`PoolSet.choose` gives a Service: ``pool`` (``None``: no pools exist,
+    or the Service is refused), and for a refusal ``code`` (``NoPool`` or
+    ``PortNotInPool``) and ``reason``, a sentence naming the pool, the value that decided
+    and one thing the author can do."""
+
+    pool: Pool | None = None
+    code: str | None = None
+    reason: str = ""
+    port: tuple[str, int] | None = None
+
+    @property
+    def refused(self) -> bool:
+        """Whether the Service may get no address at all."""
+        return self.code is not None
+
+
+NO_POOLS = Choice()
+
+
+def _names(pools: Sequence[Pool]) -> str:
+    names = [p.name for p in pools[:POOLS_SHOWN]]
+    more = len(pools) - POOLS_SHOWN
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
+class PoolSet:
+    """Every ``NodeAddressPool``, in choice order (:attr:`Pool.order`). Immutable; the
+    cache builds a new one on each change, so decisions compare it by identity.
+
+    Args:
+        pools: the pools (any order); only the first :data:`MAX_POOLS` in order are read.
+    """
+
+    __slots__ = ("invalid", "pools")
+
+    def __init__(self, pools: Iterable[Pool] = ()) -> None:
+        ordered = sorted(pools, key=lambda p: p.order)
+        self.pools: tuple[Pool, ...] = tuple(ordered[:MAX_POOLS])
+        self.invalid: tuple[Pool, ...] = tuple(p for p in self.pools if p.error is not None)
+
+    def __bool__(self) -> bool:
+        return bool(self.pools)
+
+    def __len__(self) -> int:
+        return len(self.pools)
+
+    def by_name(self, name: str) -> Pool | None:
+        """The pool called ``name``, or ``None``."""
+        return next((p for p in self.pools if p.name == name), None)
+
+    def choose(
+        self, service: ServiceView, namespace_labels: NamespaceLabels = _no_namespaces
+    ) -> Choice:
+        """The pool ``service`` (a managed Service) uses, or why it gets none (module
+        docstring: the first applying pool, by priority then name, that grants every port
+        of ``spec.ports``). No pools: :data:`NO_POOLS` (no restriction).
+        Never raises on content."""
+        if not self.pools:
+            return NO_POOLS
+        labels = namespace_labels(service.namespace)
+        applying = [p for p in self.pools if p.applies(service, labels)]
+        if not applying:
+            broken = (
+                f" ({len(self.invalid)} pool(s) are invalid: {_names(self.invalid)})"
+                if self.invalid
+                else ""
+            )
+            return Choice(
+                code=NO_POOL,
+                reason=(
+                    f"no NodeAddressPool applies to Services of namespace {service.namespace}"
+                    f" (spec.serviceAllocation of {len(self.pools)} pool(s)){broken}: ask an"
+                    " administrator for a pool"
+                ),
+            )
+        first_gap: tuple[Pool, tuple[str, int]] | None = None
+        for pool in applying:
+            gap = pool.uncovered(service.ports)
+            if gap is None:
+                return Choice(pool=pool)
+            if first_gap is None:
+                first_gap = (pool, gap)
+        assert first_gap is not None
+        pool, (protocol, port) = first_gap
+        return Choice(
+            code=PORT_NOT_IN_POOL,
+            reason=(
+                f"port {port}/{protocol} is outside NodeAddressPool {pool.name}"
+                f" (spec.ports: {pool.describe_ports()})"
+                + (
+                    f" and the {len(applying) - 1} other pool(s) that apply"
+                    if len(applying) > 1
+                    else ""
+                )
+                + ": use a port of the pool, or ask an administrator for a pool that grants it"
+            ),
+            port=(protocol, port),
+        )
+
+
+NO_POOL_SET = PoolSet()

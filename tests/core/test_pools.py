@@ -1,0 +1,285 @@
+"""NodeAddressPools (app/core/pools.py, docs/design.md §4.12): which pool a Service uses,
+what a pool narrows, and that a tenant gets nothing a pool does not grant.
+
+Each case builds pool objects as an administrator writes them (the CRD's JSON) and
+checks the decision through the one path every caller shares (:class:`Decider`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from app.core.codes import NO_POOL, NOT_IN_POOL, PORT_NOT_IN_POOL, SELECTED
+from app.core.decision import Decider, Snapshot
+from app.core.nodeindex import NodeIndex
+from app.core.nodeipam import select
+from app.core.options import SelectionSettings
+from app.core.pools import PoolSet, label_selector, pool_from_object
+from app.core.views import EXCLUDE_FROM_LB_LABEL, ServiceView
+from tests.core.builders import NOW, node, service
+
+SETTINGS = SelectionSettings()
+NODES = NodeIndex(
+    [
+        node("edge-1", internal=["10.0.0.1"], external=["192.0.2.1"], labels={"role": "edge"}),
+        node("edge-2", internal=["10.0.0.2"], external=["192.0.2.2"], labels={"role": "edge"}),
+        node("work-1", internal=["10.0.1.1"], labels={"role": "worker"}),
+        node(
+            "cp-1",
+            internal=["10.0.2.1"],
+            labels={"role": "control-plane", EXCLUDE_FROM_LB_LABEL: ""},
+        ),
+    ]
+)
+NAMESPACES = {"team-a": {"tenant": "a"}, "team-b": {"tenant": "b"}, "other": {}}
+
+
+def pool(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "node-ipam-lb.io/v1alpha1",
+        "kind": "NodeAddressPool",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+TENANTS = [
+    pool(
+        "team-a-edge",
+        nodeSelector={"matchLabels": {"role": "edge"}},
+        ports=[{"port": 80}, {"port": 443, "protocol": "TCP"}],
+        serviceAllocation={"namespaces": ["team-a"]},
+    ),
+    pool(
+        "team-b-high",
+        ports=[{"port": 8000, "endPort": 8999}],
+        serviceAllocation={"namespaceSelectors": [{"matchLabels": {"tenant": "b"}}]},
+    ),
+]
+
+
+def svc(namespace: str, *ports: int, selector: str | None = None, **labels: str) -> ServiceView:
+    view = service("web", namespace=namespace, selector=selector)
+    return dataclasses.replace(
+        view,
+        ports=tuple(("TCP", p) for p in ports),
+        labels=tuple(sorted(labels.items())),
+    )
+
+
+def snap(objects: list[dict[str, Any]]) -> Snapshot:
+    return Snapshot(
+        nodes=NODES,
+        now=NOW,
+        pools=PoolSet(pool_from_object(o) for o in objects),
+        namespace_labels=NAMESPACES.get,
+    )
+
+
+def ingress(decider: Decider, view: ServiceView, state: Snapshot) -> list[str]:
+    return list(decider.decide(view, state).candidates)
+
+
+def test_no_pool_objects_change_nothing() -> None:
+    """Cilium compatibility: with no pool the decision is today's, for every namespace."""
+    decider = Decider(SETTINGS)
+    for namespace in NAMESPACES:
+        view = svc(namespace, 80)
+        plain = select(service=view, nodes=NODES, endpoint_slices=(), settings=SETTINGS, now=NOW)
+        assert ingress(decider, view, snap([])) == [e["ip"] for e in plain.ingress or ()]
+        assert plain.pool is None
+
+
+def test_two_tenants_get_their_pools_nodes_and_ports() -> None:
+    decider, state = Decider(SETTINGS), snap(TENANTS)
+    # team-a: edge nodes only (their ExternalIPs), 80 and 443.
+    assert ingress(decider, svc("team-a", 80, 443), state) == ["192.0.2.1", "192.0.2.2"]
+    # team-b: every eligible node (cp-1 keeps its exclusion label), 8000-8999.
+    assert ingress(decider, svc("team-b", 8080), state) == ["192.0.2.1", "192.0.2.2"]
+    preview = decider.preview(svc("team-a", 80), state)
+    assert preview.pool == "team-a-edge"
+    verdicts = {v.name: v for v in preview.nodes}
+    assert verdicts["work-1"].code == NOT_IN_POOL
+    assert "team-a-edge" in verdicts["work-1"].reason
+    assert verdicts["edge-1"].code == SELECTED
+
+
+@pytest.mark.parametrize(
+    ("namespace", "port", "code", "named"),
+    [
+        ("team-a", 8080, PORT_NOT_IN_POOL, "team-a-edge"),
+        ("team-b", 443, PORT_NOT_IN_POOL, "team-b-high"),
+        ("other", 80, NO_POOL, "namespace other"),
+    ],
+)
+def test_a_tenant_gets_nothing_no_pool_grants(
+    namespace: str, port: int, code: str, named: str
+) -> None:
+    """Fail closed: a port outside the pool, or a namespace no pool allows, gets no address
+    (the reconciler's decision, whether the webhook was in the path or not)."""
+    decider, state = Decider(SETTINGS), snap(TENANTS)
+    outcome = decider.decide(svc(namespace, port), state)
+    assert outcome.ingress == ()
+    assert outcome.code == code
+    assert named in outcome.reason
+    assert "administrator" in outcome.reason
+    assert decider.preview(svc(namespace, port), state).code == code
+
+
+def test_a_service_label_alone_cannot_reach_another_tenants_pool() -> None:
+    """serviceSelectors narrow within the namespaces; they never widen past them."""
+    objects = [
+        pool(
+            "vip",
+            nodeSelector={"matchLabels": {"role": "edge"}},
+            serviceAllocation={
+                "namespaces": ["team-a"],
+                "serviceSelectors": [{"matchLabels": {"tier": "vip"}}],
+            },
+        )
+    ]
+    decider, state = Decider(SETTINGS), snap(objects)
+    assert ingress(decider, svc("team-a", 80, tier="vip"), state) == ["192.0.2.1", "192.0.2.2"]
+    assert decider.decide(svc("team-a", 80), state).code == NO_POOL
+    assert decider.decide(svc("team-b", 80, tier="vip"), state).code == NO_POOL
+
+
+def test_priority_orders_pools_then_name() -> None:
+    objects = [
+        pool("z-default", serviceAllocation={}),
+        pool(
+            "b-edge",
+            nodeSelector={"matchLabels": {"role": "edge"}},
+            serviceAllocation={"priority": 10, "namespaces": ["team-a"]},
+        ),
+        pool(
+            "a-workers",
+            nodeSelector={"matchLabels": {"role": "worker"}},
+            addressTypes=["InternalIP"],
+            serviceAllocation={"priority": 20, "namespaces": ["team-a"]},
+        ),
+    ]
+    decider, state = Decider(SETTINGS), snap(objects)
+    assert decider.choice(svc("team-a", 80), state).pool.name == "b-edge"  # type: ignore[union-attr]
+    # A pool without a priority comes after every pool with one, whatever its name.
+    assert decider.choice(svc("team-b", 80), state).pool.name == "z-default"  # type: ignore[union-attr]
+    # The first pool that grants every port wins: b-edge has no ports limit, so it does.
+    limited = [
+        dict(objects[1], spec={**objects[1]["spec"], "ports": [{"port": 443}]}),
+        *objects[::2],
+    ]
+    state = snap(limited)
+    chosen = decider.choice(svc("team-a", 80), state).pool
+    assert chosen is not None and chosen.name == "a-workers"
+    # ... and its addressTypes replace the setting: InternalIPs.
+    assert ingress(decider, svc("team-a", 80), state) == ["10.0.1.1"]
+
+
+def test_pool_settings_override_the_exclusion_label_and_address_types() -> None:
+    objects = [
+        pool("cp", nodeSelector={"matchLabels": {"role": "control-plane"}}, ignoreExcludeLabel=True)
+    ]
+    decider = Decider(SETTINGS)
+    assert ingress(decider, svc("other", 80), snap(objects)) == ["10.0.2.1"]
+    objects = [
+        pool(
+            "edge",
+            nodeSelector={"matchLabels": {"role": "edge"}},
+            addressTypes=["InternalIP", "ExternalIP"],
+        )
+    ]
+    assert ingress(decider, svc("other", 80), snap(objects)) == [
+        "10.0.0.1", "10.0.0.2", "192.0.2.1", "192.0.2.2",
+    ]  # fmt: skip
+
+
+def test_the_annotation_selects_within_the_pool() -> None:
+    decider, state = Decider(SETTINGS), snap(TENANTS)
+    assert ingress(decider, svc("team-a", 80, selector="kubernetes.io/hostname=edge-1"), state) == [
+        "192.0.2.1"
+    ]
+    only = svc("team-a", 80, selector="role=worker")
+    outcome = decider.decide(only, state)
+    assert outcome.code == NOT_IN_POOL
+    assert "team-a-edge" in outcome.reason
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (
+            {"nodeSelector": {"matchExpressions": [{"key": "a", "operator": "Has"}]}},
+            "spec.nodeSelector.matchExpressions[0].operator",
+        ),
+        ({"nodeSelector": {"matchLabels": {"bad key!": "x"}}}, "spec.nodeSelector"),
+        ({"ports": [{"port": 90, "endPort": 80}]}, "spec.ports[0].endPort"),
+        ({"ports": [{"port": 0}]}, "spec.ports[0].port"),
+        ({"addressTypes": ["Hostname"]}, "spec.addressTypes"),
+        (
+            {
+                "serviceAllocation": {
+                    "namespaceSelectors": [{"matchExpressions": [{"key": "a", "operator": "In"}]}]
+                }
+            },
+            "spec.serviceAllocation.namespaceSelectors[0].matchExpressions[0].values",
+        ),
+    ],
+)
+def test_an_invalid_pool_names_the_field_and_applies_to_nobody(
+    spec: dict[str, Any], field: str
+) -> None:
+    parsed = pool_from_object(pool("broken", **spec))
+    assert parsed.error is not None and parsed.error.startswith(field), parsed.error
+    decider, state = Decider(SETTINGS), snap([pool("broken", **spec)])
+    outcome = decider.decide(svc("team-a", 80), state)
+    assert outcome.code == NO_POOL
+    assert "invalid: broken" in outcome.reason
+
+
+def test_label_selector_means_what_apimachinery_means() -> None:
+    assert label_selector({}, field="f") is None  # empty: matches everything
+    sel = label_selector(
+        {
+            "matchLabels": {"a": "1"},
+            "matchExpressions": [
+                {"key": "b", "operator": "NotIn", "values": ["x"]},
+                {"key": "c", "operator": "DoesNotExist"},
+            ],
+        },
+        field="f",
+    )
+    assert sel is not None
+    assert sel.matches({"a": "1"})
+    assert not sel.matches({"a": "1", "b": "x"})
+    assert not sel.matches({"a": "1", "c": ""})
+    assert not sel.matches({})
+
+
+def test_memo_keys_by_pool_and_starts_over_when_pools_change() -> None:
+    """Two Services with one selection key but different pools get different answers from
+    one Decider; a changed pool set is a new decision."""
+    objects = [
+        pool(
+            "edge",
+            nodeSelector={"matchLabels": {"role": "edge"}},
+            serviceAllocation={"namespaces": ["team-a"]},
+        ),
+        pool(
+            "work",
+            nodeSelector={"matchLabels": {"role": "worker"}},
+            serviceAllocation={"namespaces": ["team-b"]},
+        ),
+    ]
+    decider, state = Decider(SETTINGS), snap(objects)
+    a, b = svc("team-a", 80), svc("team-b", 80)
+    assert ingress(decider, a, state) == ["192.0.2.1", "192.0.2.2"]
+    assert ingress(decider, b, state) == ["10.0.1.1"]
+    assert ingress(decider, a, state) == ["192.0.2.1", "192.0.2.2"]  # a memo hit, still a's
+    swapped = [
+        dict(o, spec={**o["spec"], "serviceAllocation": {"namespaces": [ns]}})
+        for o, ns in zip(objects, ("team-b", "team-a"), strict=True)
+    ]
+    assert ingress(decider, a, snap(swapped)) == ["10.0.1.1"]
