@@ -269,19 +269,7 @@ class Cluster(ClusterDns, NodeProcesses):
             _run("ip", "addr", "add", f"{prefix}.1/24", "dev", self.host_if)
             _run("ip", "link", "set", self.host_if, "up")
         for member in (self.cp, *self.nodes, self.client):
-            self._add_netns(member.netns)
-            _run("ip", "link", "add", "eth0", "netns", member.netns, "type", "veth", "peer",
-                 "name", member.name, "netns", seg)  # fmt: skip
-            _ns_run(seg, "ip", "link", "set", member.name, "master", "br0", "up")
-            ns = member.netns
-            _ns_run(ns, "ip", "link", "set", "lo", "up")
-            _ns_run(ns, "ip", "addr", "add", f"{member.ipv4}/24", "dev", "eth0")
-            _ns_run(ns, "ip", "-6", "addr", "add", f"{member.ipv6}/64", "dev", "eth0", "nodad")
-            if member.external_ipv4 and member.external_ipv6:
-                _ns_run(ns, "ip", "addr", "add", f"{member.external_ipv4}/24", "dev", "eth0")
-                _ns_run(ns, "ip", "-6", "addr", "add", f"{member.external_ipv6}/64", "dev",
-                        "eth0", "nodad")  # fmt: skip
-            _ns_run(ns, "ip", "link", "set", "eth0", "up")
+            self._attach(member)
         # Locally started connections to a ClusterIP need a route for it before
         # kube-proxy's OUTPUT DNAT applies (kube-apiserver calling a webhook's Service):
         # the Service CIDRs point at eth0 (where a default route would send them).
@@ -301,6 +289,41 @@ class Cluster(ClusterDns, NodeProcesses):
     def _add_netns(self, name: str) -> None:
         _run("ip", "netns", "add", name)
         self._netns.append(name)
+
+    def _attach(self, member: Member) -> None:
+        """Create the member's namespace, its ``eth0`` on the segment's bridge, its
+        addresses (and ExternalIPs, when it has them) and loopback."""
+        seg = f"{self.id}-seg"
+        self._add_netns(member.netns)
+        _run("ip", "link", "add", "eth0", "netns", member.netns, "type", "veth", "peer",
+             "name", member.name, "netns", seg)  # fmt: skip
+        _ns_run(seg, "ip", "link", "set", member.name, "master", "br0", "up")
+        ns = member.netns
+        _ns_run(ns, "ip", "link", "set", "lo", "up")
+        _ns_run(ns, "ip", "addr", "add", f"{member.ipv4}/24", "dev", "eth0")
+        _ns_run(ns, "ip", "-6", "addr", "add", f"{member.ipv6}/64", "dev", "eth0", "nodad")
+        if member.external_ipv4 and member.external_ipv6:
+            _ns_run(ns, "ip", "addr", "add", f"{member.external_ipv4}/24", "dev", "eth0")
+            _ns_run(ns, "ip", "-6", "addr", "add", f"{member.external_ipv6}/64", "dev",
+                    "eth0", "nodad")  # fmt: skip
+        _ns_run(ns, "ip", "link", "set", "eth0", "up")
+
+    def add_member(self, name: str, host_octet: int) -> Member:
+        """One more namespace ``<id>-<name>`` on the running cluster's segment, at
+        ``<seg>.<host_octet>`` and ``<seg6>::<host_octet>`` (e.g. a router a test puts in
+        front of a node: tests/cluster/nat.py). :meth:`stop` removes it with the others;
+        :meth:`remove_member` removes it before. Raises :class:`ClusterError` when a step
+        fails (the name or the address taken)."""
+        member = Member(self.id, name, host_octet, self.v4_prefix)
+        self._attach(member)
+        return member
+
+    def remove_member(self, member: Member) -> None:
+        """Delete the namespace of a member :meth:`add_member` made (its veth pair goes
+        with it); nothing happens when it is already gone."""
+        if member.netns in self._netns:
+            self._netns.remove(member.netns)
+            _run("ip", "netns", "delete", member.netns)
 
     def _wire_pod_network(self) -> None:
         """Wait for every Node's pod CIDRs, then write each node's CNI configuration and
@@ -336,20 +359,28 @@ class Cluster(ClusterDns, NodeProcesses):
         set the Node's addresses (InternalIP and ExternalIP, both families, Hostname)
         and remove the ``node.cloudprovider.kubernetes.io/uninitialized`` taint."""
         assert self.plane is not None
-        addresses = [
-            {"type": "InternalIP", "address": node.ipv4},
-            {"type": "InternalIP", "address": node.ipv6},
-            {"type": "ExternalIP", "address": node.external_ipv4},
-            {"type": "ExternalIP", "address": node.external_ipv6},
-            {"type": "Hostname", "address": node.name},
-        ]
-        self._json_patch(f"/api/v1/nodes/{node.name}/status", "/status/addresses", addresses)
+        self.set_node_addresses(node)
         taints = [
             t
             for t in body["spec"].get("taints", [])
             if t["key"] != "node.cloudprovider.kubernetes.io/uninitialized"
         ]
         self._json_patch(f"/api/v1/nodes/{node.name}", "/spec/taints", taints)
+
+    def set_node_addresses(self, node: Node) -> None:
+        """Write the Node's ``status.addresses`` from ``node``: InternalIPs ``ipv4``/``ipv6``,
+        ExternalIPs ``external_ipv4``/``external_ipv6`` (those set), Hostname; what a
+        cloud-controller-manager reports. Only the last node's kubelet
+        (``--cloud-provider=external``) leaves them as written: kubelet sets a node's
+        addresses itself unless an external provider already did
+        (``pkg/kubelet/nodestatus``). Raises :class:`ClusterError` when the PATCH fails."""
+        addresses = [{"type": "InternalIP", "address": node.ipv4},
+                     {"type": "InternalIP", "address": node.ipv6}]  # fmt: skip
+        for external in (node.external_ipv4, node.external_ipv6):
+            if external:
+                addresses.append({"type": "ExternalIP", "address": external})
+        addresses.append({"type": "Hostname", "address": node.name})
+        self._json_patch(f"/api/v1/nodes/{node.name}/status", "/status/addresses", addresses)
 
     def _json_patch(self, url: str, path: str, value: object) -> None:
         """Set ``path`` of the object at ``url`` to ``value`` (JSON patch ``add``, which

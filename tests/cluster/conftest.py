@@ -6,6 +6,9 @@ or ``iptables``. A module that overrides it with a parametrised fixture
 (``params=PROXY_MODES``) gets one cluster per mode, one after the other (pytest groups a
 module-scoped parameter's tests), and its tests run once in each.
 
+A module that sets ``CLUSTER_NODES`` gets a cluster of that many nodes instead of
+``NODES`` (3; ``test_cluster_single_node.py``: 1).
+
 The module fixtures ``backend`` and ``release`` (``release.py``: the backend Deployment with
 the three Services, then node-ipam-lb installed by Helm) build on it; ``live/conftest.py``
 makes all four package fixtures, so live/'s modules share one cluster, in order.
@@ -28,7 +31,7 @@ import pytest
 
 from tests.cluster.cleanup import purge_abandoned
 from tests.cluster.cluster import Cluster, missing_prerequisites
-from tests.cluster.helpers import configured_proxy_mode, running_cluster
+from tests.cluster.helpers import NODES, configured_proxy_mode, running_cluster
 from tests.cluster.images import Images, build_images, find_images
 from tests.cluster.release import install_backend, install_release
 from tests.controlplane.build import Binaries, ControlPlaneUnavailable
@@ -126,15 +129,17 @@ def proxy_mode() -> str:
 
 @pytest.fixture(scope="module")
 def cluster(
+    request: pytest.FixtureRequest,
     control_plane_binaries: Binaries,
     cluster_images: Images,
     cluster_prerequisites: None,
     proxy_mode: str,
 ) -> Iterator[Cluster]:
-    """A :class:`~tests.cluster.cluster.Cluster` of ``NODES`` nodes for one test module
-    (kube-proxy in ``proxy_mode``); after it is stopped, nothing of it may be left
-    (:func:`leftovers`)."""
-    yield from running_cluster(control_plane_binaries, cluster_images, proxy_mode)
+    """A :class:`~tests.cluster.cluster.Cluster` for one test module, of ``NODES`` nodes
+    or the module's ``CLUSTER_NODES`` (kube-proxy in ``proxy_mode``); after it is
+    stopped, nothing of it may be left (:func:`leftovers`)."""
+    nodes = getattr(request.module, "CLUSTER_NODES", NODES)
+    yield from running_cluster(control_plane_binaries, cluster_images, proxy_mode, nodes=nodes)
 
 
 @pytest.fixture(scope="module")

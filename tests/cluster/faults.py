@@ -20,37 +20,15 @@ the machine's own namespace.
 from __future__ import annotations
 
 import contextlib
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 from tests.cluster.cluster import Cluster
-from tests.cluster.netns import NETNS_DIR, Node
+from tests.cluster.netns import NETNS_DIR, Node, nft_table
 from tests.support.processes import Server
 
 CUT_TABLE = "nilb_fault_cut"
 ISOLATE_TABLE = "nilb_fault_isolate"
-
-
-@contextlib.contextmanager
-def _nft_table(netns: Path, table: str, chains: str) -> Iterator[None]:
-    """Add ``table inet <table> { <chains> }`` in the network namespace at ``netns`` (a
-    named namespace's file or ``/proc/<pid>/ns/net``) while the block runs; deleted on exit
-    even when the block fails."""
-    enter = ["nsenter", f"--net={netns}", "--", "nft"]
-    script = f"table inet {table} {{\n{chains}\n}}\n"
-    result = subprocess.run(
-        [*enter, "-f", "-"], input=script, capture_output=True, text=True, timeout=30
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"nft in {netns}: {result.stderr.strip()}\n{script}")
-    try:
-        yield
-    finally:
-        subprocess.run(
-            [*enter, "delete", "table", "inet", table],
-            capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -63,7 +41,7 @@ def cut_network(node: Node) -> Iterator[None]:
   chain forward {
     type filter hook forward priority -300; iifname "eth0" drop; oifname "eth0" drop;
   }"""
-    with _nft_table(NETNS_DIR / node.netns, CUT_TABLE, chains):
+    with nft_table(NETNS_DIR / node.netns, CUT_TABLE, chains):
         yield
 
 
@@ -91,5 +69,5 @@ def isolate_pod_port(cluster: Cluster, container_id: str, port: int) -> Iterator
     Pod alone."""
     pid = min(cluster.container_pids(container_id))
     chains = f"  chain output {{ type filter hook output priority -300; tcp dport {port} drop; }}"
-    with _nft_table(Path(f"/proc/{pid}/ns/net"), ISOLATE_TABLE, chains):
+    with nft_table(Path(f"/proc/{pid}/ns/net"), ISOLATE_TABLE, chains):
         yield

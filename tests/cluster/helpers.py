@@ -359,11 +359,13 @@ def configured_proxy_mode() -> str:
     return mode
 
 
-def running_cluster(binaries: Binaries, images: Images, proxy_mode: str) -> Iterator[Cluster]:
-    """A :class:`~tests.cluster.cluster.Cluster` of ``NODES`` nodes (kube-proxy in
-    ``proxy_mode``) while the generator runs; after it is stopped, nothing of it may be
-    left (:func:`leftovers`)."""
-    running = Cluster(NODES, binaries=binaries, images=images, proxy_mode=proxy_mode)
+def running_cluster(
+    binaries: Binaries, images: Images, proxy_mode: str, *, nodes: int = NODES
+) -> Iterator[Cluster]:
+    """A :class:`~tests.cluster.cluster.Cluster` of ``nodes`` nodes (``NODES`` by default;
+    kube-proxy in ``proxy_mode``) while the generator runs; after it is stopped, nothing
+    of it may be left (:func:`leftovers`)."""
+    running = Cluster(nodes, binaries=binaries, images=images, proxy_mode=proxy_mode)
     with running:
         yield running
     assert leftovers(running.id, running.workdir) == []

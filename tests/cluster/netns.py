@@ -1,6 +1,7 @@
 """The cluster's network (README.md here, "Topology"): commands run in the machine's and
 in a network namespace, the members of the segment (:class:`Member`, :class:`Node`) and
-their addresses, the lock under which a cluster takes a free /24, pod routes."""
+their addresses, the lock under which a cluster takes a free /24, pod routes, and an
+``nft`` table held in one of the run's namespaces (:func:`nft_table`: faults.py, nat.py)."""
 
 from __future__ import annotations
 
@@ -141,3 +142,25 @@ def _add_pod_routes(netns: str, via: Node) -> None:
 
 def _link_exists(name: str) -> bool:
     return Path("/sys/class/net", name).exists()
+
+
+@contextlib.contextmanager
+def nft_table(netns: Path, table: str, chains: str) -> Iterator[None]:
+    """Add ``table inet <table> { <chains> }`` in the network namespace at ``netns`` (a
+    named namespace's file or ``/proc/<pid>/ns/net``: one this run created, never the
+    machine's) while the block runs; deleted on exit even when the block fails. Raises
+    ``RuntimeError`` with nft's message and the script when nft refuses it."""
+    enter = ["nsenter", f"--net={netns}", "--", "nft"]
+    script = f"table inet {table} {{\n{chains}\n}}\n"
+    result = subprocess.run(
+        [*enter, "-f", "-"], input=script, capture_output=True, text=True, timeout=30
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"nft in {netns}: {result.stderr.strip()}\n{script}")
+    try:
+        yield
+    finally:
+        subprocess.run(
+            [*enter, "delete", "table", "inet", table],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip

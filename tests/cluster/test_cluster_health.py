@@ -30,6 +30,7 @@ and the hold writes nothing.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,9 +41,25 @@ import pytest
 
 from tests.cluster.cluster import Cluster
 from tests.cluster.faults import cut_network, isolate_pod_port, stopped_kube_proxy
-from tests.cluster.helpers import APP, NAMESPACE, figure, kubectl, kubectl_json
+from tests.cluster.helpers import (
+    APP,
+    NAMESPACE,
+    apply,
+    figure,
+    kubectl,
+    kubectl_json,
+    rolled_out,
+    service_manifest,
+    service_story,
+)
 from tests.cluster.netns import Node
-from tests.cluster.release import helm_upgrade, ingress_ips, lease_holder
+from tests.cluster.release import (
+    INTERNAL_NODES,
+    helm_upgrade,
+    ingress_ips,
+    lease_holder,
+)
+from tests.cluster.statuswatch import IngressWatch
 from tests.cluster.traffic import DnsProber, in_netns, resolve
 from tests.support.waiting import wait_for
 
@@ -227,6 +244,29 @@ def healed(cluster: Cluster, node: Node) -> None:
     )
 
 
+def health_checks_on(cluster: Cluster, helm: Path) -> None:
+    """``helm upgrade`` to health checks on with the module's thresholds (unless the
+    Deployment already runs with them), then every node published."""
+    deployment = kubectl_json(cluster, "-n", NAMESPACE, "get", "deployment", "node-ipam-lb")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    if env.get("NODE_IPAM_NODE_HEALTH_CHECK") != "true":
+        helm_upgrade(
+            helm, cluster, "--wait", "--timeout", "180s",
+            "--set", "settings.node-health-check=true",
+            "--set", f"settings.node-health-check-period-seconds={PERIOD}",
+            "--set", f"settings.node-health-check-timeout-seconds={TIMEOUT}",
+            "--set", f"settings.node-health-check-failure-threshold={FAILURES}",
+            "--set", f"settings.node-health-check-success-threshold={SUCCESSES}",
+        )  # fmt: skip
+    wait_for(
+        "every node published with health checks on",
+        lambda: len(ingress_ips(cluster, SERVICE)) == 4,
+        timeout=120,
+        interval=0.5,
+    )
+
+
 @pytest.mark.timeout(600)
 def test_with_health_checks_off_a_failing_node_stays_published(release: Cluster) -> None:
     """Today's behaviour, the baseline: none of the four faults takes the node out
@@ -251,20 +291,7 @@ def test_with_health_checks_off_a_failing_node_stays_published(release: Cluster)
 def test_with_health_checks_on_a_failing_node_leaves_and_comes_back(
     release: Cluster, helm: Path
 ) -> None:
-    helm_upgrade(
-        helm, release, "--wait", "--timeout", "180s",
-        "--set", "settings.node-health-check=true",
-        "--set", f"settings.node-health-check-period-seconds={PERIOD}",
-        "--set", f"settings.node-health-check-timeout-seconds={TIMEOUT}",
-        "--set", f"settings.node-health-check-failure-threshold={FAILURES}",
-        "--set", f"settings.node-health-check-success-threshold={SUCCESSES}",
-    )  # fmt: skip
-    wait_for(
-        "every node published after the upgrade",
-        lambda: len(ingress_ips(release, SERVICE)) == 4,
-        timeout=120,
-        interval=0.5,
-    )
+    health_checks_on(release, helm)
     for scenario, fault in SCENARIOS.items():
         node = fault_node(release)
         with Watch(release, node) as watch, fault(release, node):
@@ -304,3 +331,101 @@ def test_with_health_checks_on_a_failing_node_leaves_and_comes_back(
     assert held and row["status"] is None
     assert ingress_ips(release, SERVICE) == before
     assert row["failed"] == 0, row
+
+
+TAKEOVER_WINDOW = 10.0
+"""Seconds the status is watched after the new holder took the Lease: 10 of its probe
+periods; the old leader-memory code republished the node 0.8 s after the deletion."""
+AFTER, AFTER_PORT = "web-after-takeover", 8083
+"""A Service created once the new holder has the Lease: a decision of its own."""
+HEALTH_RECORD = "node-ipam-lb-node-health"
+"""The Lease holding the leader's health decision (design §4.11, healthrecord.py)."""
+
+
+def recorded_unhealthy(cluster: Cluster) -> dict[str, str]:
+    """``{node: why}`` of the health record's annotation (``{}`` when there is none)."""
+    lease = kubectl(
+        cluster, "-n", NAMESPACE, "get", "lease", HEALTH_RECORD, "--ignore-not-found", "-o", "json"
+    )
+    if not lease.strip():
+        return {}
+    annotations = json.loads(lease)["metadata"].get("annotations") or {}
+    return dict(json.loads(annotations.get("node-ipam-lb.io/unhealthy-nodes") or "{}"))
+
+
+@pytest.mark.timeout(600)
+def test_a_leader_change_during_a_health_failure_does_not_republish_the_node(
+    release: Cluster, helm: Path
+) -> None:
+    """Health checks on, a node's kube-proxy stopped: the node leaves ``web-internal``.
+    The leader Pod deleted: from before the deletion, through the takeover, a Service
+    created after it (``AFTER``, node-1 and node-2: the new holder's own decision, on the
+    healthy node only) and ``TAKEOVER_WINDOW`` after that, every status of both the API
+    server hands out (watches: every write, not a poll between two) leaves the node out;
+    healed, it comes back (design §4.11, "Across a leader change")."""
+    health_checks_on(release, helm)
+    node = fault_node(release)
+    addresses = {node.ipv4, node.ipv6}
+    with stopped_kube_proxy(release, node):
+        stopped = time.monotonic()
+        wait_for(
+            f"{node.name} to leave {SERVICE}",
+            lambda: addresses.isdisjoint(ingress_ips(release, SERVICE)),
+            timeout=ON_BOUND,
+            interval=0.2,
+        )
+        figure(
+            "leader change: kube-proxy stopped -> left (s)", round(time.monotonic() - stopped, 1)
+        )
+        record = wait_for(
+            f"{node.name} in the health record", lambda: recorded_unhealthy(release), timeout=10
+        )
+        assert node.name in record, record
+        other = next(n for n in release.nodes if n.name in ("node-1", "node-2") and n != node)
+        with (
+            IngressWatch(release, APP, SERVICE) as watch,
+            IngressWatch(release, APP, AFTER) as after,
+        ):
+            pod = lease_holder(release).split("_")[0]
+            deleted = time.monotonic()
+            kubectl(release, "-n", NAMESPACE, "delete", "pod", pod, "--wait=false")
+            new = wait_for(
+                "another replica to hold the Lease",
+                lambda: (h := lease_holder(release)) and h.split("_")[0] != pod and h,
+                timeout=90,
+                interval=0.2,
+            )
+            took_over = time.monotonic()
+            # A Service the new holder alone decides: published on the healthy node only.
+            apply(release, service_manifest(AFTER, AFTER_PORT, "Cluster", INTERNAL_NODES))
+            try:
+                wait_for(
+                    f"the new holder to publish {AFTER}",
+                    lambda: bool(after.observations) and bool(after.observations[-1].ips),
+                    timeout=60,
+                    interval=0.2,
+                    explain=lambda: service_story(release, f"{APP}/{AFTER}"),
+                )
+                written = time.monotonic()
+                time.sleep(TAKEOVER_WINDOW)
+            finally:
+                kubectl(release, "-n", APP, "delete", "service", AFTER, "--wait=false")
+        seen = [(round(o.at - deleted, 1), o.ips) for o in watch.observations]
+        seen_after = [(round(o.at - deleted, 1), o.ips) for o in after.observations]
+        print(f"{SERVICE} statuses from the deletion of {pod} (new holder {new}): {seen}")
+        print(f"{AFTER} statuses: {seen_after}; watch errors: {watch.errors + after.errors}")
+        figure("leader change: Pod deleted -> new holder (s)", round(took_over - deleted, 1))
+        figure(f"leader change: new holder published {AFTER} (s)", round(written - deleted, 1))
+        figure("leader change: statuses watched", (len(seen), len(seen_after)))
+        back = [(at, ips) for at, ips in seen + seen_after if addresses & set(ips)]
+        assert not back, f"{node.name} republished while its kube-proxy was down: {back}"
+        published = [ips for _, ips in seen_after if ips]
+        assert published and all(set(ips) == {other.ipv4, other.ipv6} for ips in published), (
+            seen_after
+        )
+        healed_at = time.monotonic()
+    healed(release, node)
+    figure(
+        "leader change: healed -> back in the status (s)", round(time.monotonic() - healed_at, 1)
+    )
+    rolled_out(release, NAMESPACE, "node-ipam-lb")
