@@ -202,11 +202,25 @@ def preview(
         bool | None,
         typer.Option("--host-port-pods/--no-host-port-pods", help=HOST_PORT_PODS_HELP),
     ] = None,
+    leader_election_namespace: Annotated[
+        str,
+        typer.Option(help="Live: the controller's namespace, where its record Lease is"),
+    ] = Settings.model_fields["leader_election_namespace"].default,
+    leader_election_id: Annotated[
+        str,
+        typer.Option(
+            help="Live: the controller's leader-election id; its settings and node health"
+            " are read from the Lease <id>-node-health"
+        ),
+    ] = Settings.model_fields["leader_election_id"].default,
 ) -> None:
     """Show the ingress each Service gets and why, from a dump or the live cluster
-    (docs/design.md §8). Settings flags are also NODE_IPAM_* variables, as for serve."""
-    from app.config import InvalidSettings, from_flags, unknown_environment
+    (docs/design.md §8). Live, it decides with the running controller's settings and node
+    health; settings flags (also NODE_IPAM_* variables, as for serve) are then a what-if."""
+    from app.config import ENV_PREFIX, InvalidSettings, from_flags, unknown_environment
     from app.core.dump import DumpError
+    from app.core.nodehealth import NO_UNHEALTHY
+    from app.core.published import RECORD_SUFFIX
     from app.preview.run import EXIT_UNUSABLE, parse_scope, run_preview
 
     for warning in unknown_environment():
@@ -226,16 +240,27 @@ def preview(
         "allowed_namespaces": allowed_namespaces,
         "host_port_pods": host_port_pods,
     }
+    unhealthy, notes = NO_UNHEALTHY, list[str]()
     try:
         config = from_flags(SelectionConfig, flags)
-        settings = config.selection()
         live = None
         if not filename:
+            from app.preview.controllerview import resolve
             from app.preview.live import LiveCluster
 
-            live = LiveCluster(
-                kubeconfig=kubeconfig, context=context, host_port_pods=config.host_port_pods
+            live = LiveCluster(kubeconfig=kubeconfig, context=context)
+            view = live.controller(
+                namespace=leader_election_namespace, name=leader_election_id + RECORD_SUFFIX
             )
+            given = {
+                name: f"--{name.replace('_', '-')}"
+                if flags.get(name) is not None
+                else f"{ENV_PREFIX}{name.upper()}"
+                for name in config.model_fields_set
+            }
+            config, notes = resolve(config, view, given=given)
+            live.host_port_pods, unhealthy = config.host_port_pods, view.unhealthy
+        settings = config.selection()
         scope = parse_scope(
             names or [],
             namespace=namespace,
@@ -254,6 +279,8 @@ def preview(
         scope=scope,
         source=(lambda: live.read(scope)) if live is not None else None,
         host_port_pods=config.host_port_pods,
+        unhealthy=unhealthy,
+        controller_notes=notes,
     )
     raise typer.Exit(code)
 

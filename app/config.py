@@ -10,6 +10,7 @@ docs/reference/cilium-node-ipam.md §12, weak spot 12).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -356,6 +357,26 @@ def unknown_environment(environ: Mapping[str, str] | None = None) -> list[str]:
         hint = f"; did you mean {ENV_PREFIX}{close[0]}?" if close else ""
         warnings.append(f"environment variable {name} is not a node-ipam-lb setting{hint}")
     return warnings
+
+
+PUBLISHED_SETTINGS = (
+    *(f.name for f in dataclasses.fields(SelectionSettings) if f.init),
+    "host_port_pods",
+    "node_health_check",
+)
+"""The settings the Lease holder publishes on its record Lease for the live preview
+(:mod:`app.core.published`, docs/design.md §8): those a decision reads. The fields of
+:class:`SelectionSettings`; ``host_port_pods``, which decides which Pods hold ports
+(§4.9); ``node_health_check``, which says whether the record's node-health decision is
+in force (a record written while it was on outlives it)."""
+
+
+def published(settings: Settings) -> dict[str, Any]:
+    """The :data:`PUBLISHED_SETTINGS` of ``settings`` under their flag names, as
+    :func:`effective` shows them (``{"allowed-namespaces": "team-a", ...}``)."""
+    shown = effective(settings)
+    names = [name.replace("_", "-") for name in PUBLISHED_SETTINGS]
+    return {name: shown[name] for name in names}
 
 
 def effective(settings: SelectionConfig) -> dict[str, Any]:

@@ -20,14 +20,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any
 
-from app.config import Settings
+from app.config import Settings, published
 from app.controller.cache import Change, ClusterCache, service_key
 from app.controller.events import EventRecorder
-from app.controller.healthrecord import RECORD_SUFFIX, LeaseHealthRecord
+from app.controller.healthrecord import LeaseHealthRecord
 from app.controller.informer import Informer
 from app.controller.leader import LeaderElector
 from app.controller.nodeprober import NodeHealthProber
 from app.controller.reconciler import Reconciler
+from app.controller.settingsrecord import SettingsPublisher
 from app.controller.triggers import (
     services_for_endpoint_slice_changes,
     services_for_node_change,
@@ -40,6 +41,7 @@ from app.core.kubeproxy import CONFIG_MAP, ipvs_hazard, proxy_mode
 from app.core.nodehealth import NO_HEALTH, HealthPolicy, HealthTable, HealthView, probe_targets
 from app.core.nodeipam import is_managed
 from app.core.ports import held_ports, pod_ports, stored_vip_ips
+from app.core.published import RECORD_SUFFIX, encode_settings
 from app.core.views import (
     PodView,
     ServiceView,
@@ -142,6 +144,23 @@ class Controller:
                 on_started_leading=self._on_started_leading,
                 wall_clock=wall_clock,
             )
+        # The record Lease (<leader-election-id>-node-health): the Lease holder's node-health
+        # decision (§4.11) and, health checks on or off, its effective settings for the
+        # live preview (§8), published once per term when they differ from the stored ones.
+        self.record = LeaseHealthRecord(
+            api=self._api,
+            namespace=settings.leader_election_namespace,
+            name=settings.leader_election_id + RECORD_SUFFIX,
+            identity=identity,
+            wall_clock=wall_clock,
+        )
+        self.settings_publisher = SettingsPublisher(
+            record=self.record,
+            text=encode_settings(published(settings)),
+            is_leader=self.is_leader,
+            retry_period=settings.retry_period_seconds,
+            stopping=self._stopping,
+        )
         # Health-checked nodes (docs/design.md §4.11): the prober thread runs on every
         # replica but probes only while this one holds the Lease.
         self.health: NodeHealthProber | None = None
@@ -162,13 +181,7 @@ class Controller:
                 timeout=settings.node_health_check_timeout_seconds,
                 is_leader=lambda: self._writes and self.is_leader() and self.cache.synced,
                 on_change=self._on_health_change,
-                record=LeaseHealthRecord(
-                    api=self._api,
-                    namespace=settings.leader_election_namespace,
-                    name=settings.leader_election_id + RECORD_SUFFIX,
-                    identity=identity,
-                    wall_clock=wall_clock,
-                ),
+                record=self.record,
             )
         self.reconciler = Reconciler(
             cache=self.cache,
@@ -238,6 +251,7 @@ class Controller:
             self.elector.start()
         else:
             metrics.LEADER_STATUS.labels(self.settings.leader_election_id).set(1)
+            self.settings_publisher.term_started()
 
     def stop(self, timeout: float = 10.0, *, release: bool = True) -> None:
         """Stop workers (no write after this returns), informers, and release the Lease
@@ -252,6 +266,7 @@ class Controller:
             thread.join(max(deadline - time.monotonic(), 0.0))
         if self.health is not None:
             self.health.stop(max(min(deadline - time.monotonic(), 2.0), 0.1))
+        self.settings_publisher.join(max(min(deadline - time.monotonic(), 2.0), 0.1))
         # Events queued before the workers stopped are sent (bounded), then dropped.
         self.recorder.stop(min(max(deadline - time.monotonic(), 0.1), 2.0))
         if self.elector is not None:
@@ -489,6 +504,7 @@ class Controller:
             self._term_enqueued = False
         self.reconciler.reset()
         self._enqueue_all()
+        self.settings_publisher.term_started()
         if self.health is not None:  # probe now, not one period into the term
             self.health.wake()
         for callback in list(self._leadership_listeners):

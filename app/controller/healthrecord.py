@@ -9,6 +9,12 @@ write Leases in its namespace (one more ``resourceName`` in its Role), and becau
 the API's small coordination object: nothing watches it, no workload mounts it. Written by
 the Lease holder only when its effective decision changed; read by the other replicas once
 per health-check period (one GET each) and by a new holder when its term starts.
+
+The same Lease carries the holder's effective settings
+(:data:`~app.core.published.SETTINGS_ANNOTATION`, :meth:`LeaseHealthRecord.publish`), with
+health checks on or off, for ``kubectl node-ipam preview`` (docs/design.md §8). Each
+writer replaces only its own annotation, over the ``resourceVersion`` it read (a 409 is
+tried again), so the two never undo each other.
 """
 
 from __future__ import annotations
@@ -24,9 +30,6 @@ from app.kube.client import ApiError, KubeAPI
 from app.telemetry.logs import log_event
 
 LOG = logging.getLogger("node_ipam_lb.nodehealth")
-
-RECORD_SUFFIX = "-node-health"
-"""The record's name is the leader-election Lease's name plus this."""
 
 
 class LeaseHealthRecord:
@@ -79,11 +82,7 @@ class LeaseHealthRecord:
         just before); ``False`` when a request failed (the prober tries next round)."""
         try:
             lease = self._api.read_lease(namespace=self.namespace, name=self.name)
-            body = self._body(unhealthy, lease)
-            if lease is None:
-                self._api.create_lease(namespace=self.namespace, body=body)
-            else:
-                self._api.replace_lease(namespace=self.namespace, name=self.name, body=body)
+            self._write(lease, HEALTH_ANNOTATION, encode_unhealthy(unhealthy))
         except ApiError as err:
             self._say(f"writing the node health record failed: {err}")
             return False
@@ -94,15 +93,41 @@ class LeaseHealthRecord:
         self._problem = ""
         return True
 
-    def _body(self, unhealthy: Mapping[str, str], lease: dict[str, Any] | None) -> dict[str, Any]:
+    def publish(self, annotation: str, text: str) -> bool:
+        """Make the record's ``annotation`` ``text`` (the effective settings,
+        :mod:`app.core.published`): one GET, and a write only when the stored value differs
+        (the record is created when absent; its other annotations are kept). ``True`` when
+        the record holds ``text``; ``False`` when a request failed (a 409: another writer
+        came first; the caller tries again)."""
+        try:
+            lease = self._api.read_lease(namespace=self.namespace, name=self.name)
+            if lease is not None and _annotations(lease).get(annotation) == text:
+                return True
+            self._write(lease, annotation, text)
+        except ApiError as err:
+            self._say(f"writing {annotation} on the record failed: {err}")
+            return False
+        log_event(
+            LOG, "record annotation written", lease=f"{self.namespace}/{self.name}",
+            annotation=annotation, bytes=len(text.encode()),
+        )  # fmt: skip
+        self._problem = ""
+        return True
+
+    def _write(self, lease: dict[str, Any] | None, annotation: str, text: str) -> None:
+        """Create the record, or replace it over the version read; raises :class:`ApiError`."""
+        body = self._body({annotation: text}, lease)
+        if lease is None:
+            self._api.create_lease(namespace=self.namespace, body=body)
+        else:
+            self._api.replace_lease(namespace=self.namespace, name=self.name, body=body)
+
+    def _body(self, updates: Mapping[str, str], lease: dict[str, Any] | None) -> dict[str, Any]:
         metadata: dict[str, Any] = {
             "name": self.name,
             "namespace": self.namespace,
             "labels": {"app.kubernetes.io/name": "node-ipam-lb"},
-            "annotations": {
-                **_annotations(lease or {}),
-                HEALTH_ANNOTATION: encode_unhealthy(unhealthy),
-            },
+            "annotations": {**_annotations(lease or {}), **updates},
         }
         if lease is not None:
             metadata["resourceVersion"] = (lease.get("metadata") or {}).get("resourceVersion")

@@ -40,6 +40,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from app.core.published import json_object
 from app.core.views import NodeView
 
 
@@ -260,16 +261,7 @@ def decode_unhealthy(text: str | None) -> dict[str, str]:
     """
     if text is None:
         return {}
-    if len(text.encode()) > MAX_RECORD_BYTES:
-        raise ValueError(
-            f"{HEALTH_ANNOTATION}: Too long: must have at most {MAX_RECORD_BYTES} bytes"
-        )
-    try:
-        found = json.loads(text)
-    except ValueError as err:
-        raise ValueError(f"{HEALTH_ANNOTATION}: Invalid value: not JSON: {err}") from err
-    if not isinstance(found, dict):
-        raise ValueError(f"{HEALTH_ANNOTATION}: Invalid value: must be a JSON object")
+    found = json_object(text, annotation=HEALTH_ANNOTATION, max_bytes=MAX_RECORD_BYTES)
     return {
         name: (why[:MAX_REASON_CHARS] or "unhealthy (as recorded by the previous Lease holder)")
         for name, why in found.items()

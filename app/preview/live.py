@@ -13,6 +13,9 @@ every Service and port-holding Pod (docs/design.md §4.9); and kubeadm's ConfigM
 ``kube-system/kube-proxy`` when it can be read (kube-proxy's mode, docs/design.md §4.10: a
 403 or any other failure of that one read leaves the mode unknown, never the preview).
 
+The running controller's settings and node-health view come from its record Lease
+(:meth:`LiveCluster.controller`, :mod:`app.preview.controllerview`): one GET, never fatal.
+
 A user who may not list cluster-wide (RBAC: 403) still gets a preview, with one
 ``Warning:`` line (:attr:`Dump.warnings <app.core.dump.Dump.warnings>`) saying what the
 answer lacks and which permission would fix it: Services and EndpointSlices are then read
@@ -37,6 +40,7 @@ from app.kube.client import (
     connect,
     pod_field_selector,
 )
+from app.preview.controllerview import ControllerView, controller_view
 from app.preview.run import Scope
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -71,6 +75,16 @@ class LiveCluster:
         api_client, self.namespace = found.api_client, found.namespace
         self._api = KubernetesAPI(api_client, request_timeout=request_timeout)
         self._host = str(getattr(getattr(api_client, "configuration", None), "host", ""))
+
+    def controller(self, *, namespace: str, name: str) -> ControllerView:
+        """The running controller's published settings and node-health view: the record
+        Lease ``namespace/name`` (``<leader-election-id>-node-health``), read with one GET;
+        a failed read is a note of the view, never an error."""
+        try:
+            lease = self._api.read_lease(namespace=namespace, name=name)
+        except ApiError as err:
+            return controller_view(err, where=f"{namespace}/{name}")
+        return controller_view(lease, where=f"{namespace}/{name}")
 
     def read(self, scope: Scope) -> Dump:
         """Every Node, and the Services, EndpointSlices and port-holding Pods of all

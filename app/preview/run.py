@@ -20,7 +20,9 @@ docs/design.md §4.10) one more line says what breaks, and so does one when Cili
 wildcard entries concern a managed Service (ConfigMap ``kube-system/cilium-config`` and
 the agent Pods, read live or held by a dump; §4.12); so does each line of
 :attr:`Dump.warnings <app.core.dump.Dump.warnings>` (what a live read was not allowed to
-list, and what the answer lacks for it). With no Service to show, the
+list, and what the answer lacks for it); live, when it shows a managed Service, one line
+for each thing it could not know of the running controller and for a "what if"
+(:mod:`app.preview.controllerview`). With no Service to show, the
 table form prints nothing on stdout and ``No resources found[ in NS namespace].`` on
 stderr, exit 0, as kubectl does; a file without any object also gets a ``Warning: FILE:
 no Kubernetes objects`` line. Long values in table cells are cut in the middle
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -44,6 +46,7 @@ from app.core import ciliumkpr
 from app.core.decision import Decider, Snapshot
 from app.core.dump import Dump, DumpError, DumpViews, load_dump, project
 from app.core.kubeproxy import ipvs_hazard, proxy_mode
+from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import LOCAL, Selection, is_managed
 from app.core.options import SelectionSettings
@@ -122,13 +125,20 @@ def parse_scope(
 
 
 def preview_dump(
-    views: DumpViews, *, settings: SelectionSettings, now: float, scope: Scope | None = None
+    views: DumpViews,
+    *,
+    settings: SelectionSettings,
+    now: float,
+    scope: Scope | None = None,
+    unhealthy: Mapping[str, str] = NO_UNHEALTHY,
 ) -> Iterator[Selection]:
     """One :class:`Selection` per Service of ``views`` in ``scope`` (default all), in
     namespace/name order, computed as it is consumed (a 5,000-node Selection holds 5,000
     verdicts), after port ownership (docs/design.md §4.9) against every Service and
     port-holding Pod of ``views``, whatever the scope, fed to the port index as the
-    controller's cache feeds it (keys ``namespace/name``, :mod:`app.controller.cache`)."""
+    controller's cache feeds it (keys ``namespace/name``, :mod:`app.controller.cache`).
+    ``unhealthy`` is the health view (node name -> why, §4.11): the Lease holder's, for the
+    live preview."""
     by_service: dict[tuple[str, str | None], list[EndpointSliceView]] = defaultdict(list)
     for s in views.endpoint_slices:
         by_service[s.namespace, s.service_name].append(s)
@@ -146,6 +156,7 @@ def preview_dump(
         now=now,
         ports=ports,
         endpoint_slices_of=lambda namespace, name: by_service.get((namespace, name), ()),
+        unhealthy=unhealthy,
     )
     for svc in views.services:
         if scope is not None and not scope.wanted(svc):
@@ -273,16 +284,6 @@ DumpSource = Callable[[], Dump]
 """Produces the objects to preview (files, or the live cluster); raises :class:`DumpError`."""
 
 
-LIVE_SETTINGS_WARNING = (
-    "Warning: decided with this command's settings (its flags and NODE_IPAM_* variables,"
-    " else the defaults), which may differ from the running controller's, and without node"
-    " health: the controller's own answer is its REST /preview (deploy/README.md, \"Preview"
-    ' in a cluster")'
-)
-"""Said by the live preview when it shows a managed Service: it cannot know the running
-controller's settings nor the Lease holder's node-health view (docs/design.md §8)."""
-
-
 def run_preview(
     *,
     paths: Sequence[str],
@@ -294,6 +295,8 @@ def run_preview(
     scope: Scope | None = None,
     source: DumpSource | None = None,
     host_port_pods: bool = True,
+    unhealthy: Mapping[str, str] = NO_UNHEALTHY,
+    controller_notes: Sequence[str] = (),
 ) -> int:
     """Read ``paths`` (or call ``source``), preview every Service in ``scope``, print in
     ``output`` format; return the exit code.
@@ -302,8 +305,11 @@ def run_preview(
     ``host_port_pods`` (the ``host-port-pods`` setting, docs/design.md §10) decides which
     Pods of the files count: those that hold a node port, or with ``False`` only the
     ``hostNetwork: true`` ones, as the controller would read them (a ``source`` has read
-    its Pods already). Never raises for bad input: errors are one ``error: ...`` line on
-    ``stderr``.
+    its Pods already). ``unhealthy`` and ``controller_notes`` are what the live preview
+    learnt of the running controller (:mod:`app.preview.controllerview`): its health view,
+    and one ``Warning:`` line each for what it could not know or a "what if", printed when
+    a managed Service is shown. Never raises for bad input: errors are one ``error: ...``
+    line on ``stderr``.
     """
     if output not in OUTPUT_FORMATS:
         print(
@@ -363,12 +369,17 @@ def run_preview(
                 file=stderr,
             )
     failed = bool(missing)
-    if source is not None and any(
+    if controller_notes and any(
         scope.wanted(svc) and is_managed(svc, selection_settings)[0] for svc in views.services
     ):
-        print(LIVE_SETTINGS_WARNING, file=stderr)
+        for note in controller_notes:
+            print(f"Warning: {note}", file=stderr)
     selections = preview_dump(
-        views, settings=selection_settings, now=time.time() if now is None else now, scope=scope
+        views,
+        settings=selection_settings,
+        now=time.time() if now is None else now,
+        scope=scope,
+        unhealthy=unhealthy,
     )
     if output in ("table", "wide"):
         listed = list(selections)

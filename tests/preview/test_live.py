@@ -31,19 +31,6 @@ def test_live_output_equals_the_output_on_a_dump(live: FakeApiServer, output: st
     assert run.stdout == preview("-f", CLUSTER, "-o", output).stdout
 
 
-def test_the_live_preview_says_it_decides_with_its_own_settings_not_the_controllers(
-    live: FakeApiServer,
-) -> None:
-    """It cannot know the running controller's settings or node health (issue 37): one
-    Warning line says so when it shows a managed Service; a dump is not warned about."""
-    from app.preview.run import LIVE_SETTINGS_WARNING
-
-    run = preview()
-    assert run.code == 0 and LIVE_SETTINGS_WARNING in run.stderr.splitlines()
-    assert LIVE_SETTINGS_WARNING not in preview("-f", CLUSTER).stderr
-    assert LIVE_SETTINGS_WARNING not in preview("-n", "kube-system").stderr  # none managed
-
-
 def test_kubeconfig_flag_all_namespaces_and_one_name(
     live: FakeApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
