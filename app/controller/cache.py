@@ -18,15 +18,25 @@ from typing import Any
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import is_managed
 from app.core.options import SelectionSettings
+from app.core.pools import NO_POOL_SET, Pool, PoolSet
 from app.core.ports import PortIndex, PortKey
-from app.core.views import EndpointSliceView, NodeView, PodView, ServiceView
+from app.core.views import EndpointSliceView, NamespaceView, NodeView, PodView, ServiceView
 from app.kube.client import Kind
 
-KINDS: tuple[Kind, ...] = ("nodes", "services", "endpointslices", "pods")
+KINDS: tuple[Kind, ...] = (
+    "nodes",
+    "services",
+    "endpointslices",
+    "pods",
+    "namespaces",
+    "nodeaddresspools",
+)
 """The watched kinds; of the ``pods`` only those that hold a node port are stored (a
 ``hostNetwork: true`` Pod's ``containerPort``, another Pod's ``hostPort``:
 app.controller.controller.host_pod_view; with ``host-port-pods`` off the informer lists the
-``hostNetwork: true`` ones only, app.kube.client.pod_field_selector)."""
+``hostNetwork: true`` ones only, app.kube.client.pod_field_selector). ``namespaces``: their
+labels only (what NodeAddressPools' ``namespaceSelectors`` match); ``nodeaddresspools``:
+:class:`~app.core.pools.Pool` s (docs/design.md §4.12; no CRD installed: none)."""
 
 View = Any
 """A NodeView, ServiceView, EndpointSliceView or PodView (the store of each kind holds one
@@ -57,6 +67,7 @@ class ClusterCache:
         self._synced: set[Kind] = set()
         self._nodes_snapshot: list[NodeView] | None = None
         self._node_index: NodeIndex | None = None
+        self._pool_set: PoolSet | None = None
 
     @property
     def synced(self) -> bool:
@@ -94,6 +105,22 @@ class ClusterCache:
             if self._nodes_snapshot is snapshot:
                 self._node_index = index
         return index
+
+    def pools(self) -> PoolSet:
+        """Every NodeAddressPool as a :class:`~app.core.pools.PoolSet`, shared by every
+        caller until the next change of a pool, or of a namespace's labels while pools
+        exist (decisions compare it by identity: app.core.decision.Snapshot.pools)."""
+        with self._lock:
+            if self._pool_set is None:
+                pools: list[Pool] = list(self._stores["nodeaddresspools"].values())
+                self._pool_set = PoolSet(pools) if pools else NO_POOL_SET
+            return self._pool_set
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        """The labels of namespace ``name`` (``None``: not known)."""
+        with self._lock:
+            view: NamespaceView | None = self._stores["namespaces"].get(name)
+        return None if view is None else dict(view.labels)
 
     def service(self, namespace: str, name: str) -> ServiceView | None:
         """The Service ``namespace/name``, or ``None`` when it is not (or no longer) known."""
@@ -162,6 +189,8 @@ class ClusterCache:
             elif kind == "nodes":
                 self._nodes_snapshot = None
                 self._node_index = None
+            elif changes and kind in ("nodeaddresspools", "namespaces"):
+                self._pool_set = None
             self._synced.add(kind)
             return changes
 
@@ -177,6 +206,8 @@ class ClusterCache:
             self._node_index = None
         elif kind == "endpointslices":
             self._index_slice_locked(key, old, new)
+        elif kind == "nodeaddresspools" or (kind == "namespaces" and self._pool_set):
+            self._pool_set = None
 
     def _index_slice_locked(
         self, key: str, old: EndpointSliceView | None, new: EndpointSliceView | None

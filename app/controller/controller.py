@@ -40,12 +40,14 @@ from app.core.hazards import KUBE_PROXY_IPVS, Hazard, concerning
 from app.core.kubeproxy import CONFIG_MAP, ipvs_hazard, proxy_mode
 from app.core.nodehealth import NO_HEALTH, HealthPolicy, HealthTable, HealthView, probe_targets
 from app.core.nodeipam import is_managed
+from app.core.pools import pool_from_object
 from app.core.ports import held_ports, pod_ports, stored_vip_ips
 from app.core.published import RECORD_SUFFIX, encode_settings
 from app.core.views import (
     PodView,
     ServiceView,
     endpoint_slice_view,
+    namespace_view,
     node_view,
     pod_view,
     service_view,
@@ -201,6 +203,8 @@ class Controller:
             "services": partial(service_view, match_node_labels_annotation=annotation),
             "endpointslices": endpoint_slice_view,
             "pods": partial(host_pod_view, host_port_pods=settings.host_port_pods),
+            "namespaces": namespace_view,
+            "nodeaddresspools": pool_from_object,
         }
         self.informers = [
             Informer(
@@ -538,6 +542,8 @@ class Controller:
             self._enqueue([*keys, *(k for ports in rivals for k in self.cache.related(ports))])
         elif kind == "pods":
             self._enqueue(self._pod_keys(changes))
+        elif kind in ("nodeaddresspools", "namespaces"):
+            self._enqueue(self._pool_keys(kind, changes))
         elif self._enqueued_after_sync:
             with self._lock:
                 managed_services = list(self._managed.values())
@@ -556,6 +562,29 @@ class Controller:
         if first_sync:
             log_event(LOG, "caches synced", services=len(self.cache.services()))
             self._enqueue_all()
+
+    def _pool_keys(self, kind: Kind, changes: list[Change]) -> list[str]:
+        """The managed Services a change of NodeAddressPools or of namespaces' labels may
+        decide differently (docs/design.md §4.12): every one for a pool change (a pool
+        can take a Service from another, or refuse it); a namespace's own while pools
+        exist. Invalid pools are logged here, the one place every replica sees them."""
+        if kind == "nodeaddresspools":
+            for key, _, new in changes:
+                if new is not None and new.error is not None:
+                    log_event(
+                        LOG,
+                        "NodeAddressPool is invalid: it applies to no Service",
+                        level=logging.WARNING,
+                        pool=key,
+                        error=new.error,
+                    )
+            with self._lock:
+                return list(self._managed)
+        if not self.cache.pools():
+            return []
+        names = {key for key, _, _ in changes}
+        with self._lock:
+            return [key for key, view in self._managed.items() if view.namespace in names]
 
     def _service_keys(self, changes: list[Change]) -> Iterator[str]:
         """The keys a batch of Service changes enqueues: each changed Service (not the echo

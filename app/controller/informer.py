@@ -61,6 +61,14 @@ def _resource_version(obj: Mapping[str, Any]) -> str | None:
     return str(version) if version else None
 
 
+OPTIONAL_KINDS: frozenset[str] = frozenset({"nodeaddresspools"})
+"""Kinds whose resource may not be served (a CRD of ours that is not installed): a 404 on
+the List means "no such object", not a failure."""
+ABSENT_RELIST_SECONDS = 30.0
+"""How long an informer of an optional kind whose resource is not served waits before
+listing again."""
+
+
 class Informer:
     """Keeps ``cache``'s ``kind`` store in step with the API and reports every change.
 
@@ -103,6 +111,7 @@ class Informer:
         self.last_activity = clock()
         self.lists = 0
         self.watches = 0
+        self._absent_logged = False
 
     def start(self) -> None:
         """Start the informer thread (returns at once)."""
@@ -149,6 +158,12 @@ class Informer:
                     backoff = self._backoff_initial
                     continue
             except ApiError as err:
+                if err.status == 404 and listing and self.kind in OPTIONAL_KINDS:
+                    # No CRD, so no such object can exist: an empty, synced store; look
+                    # again later (an administrator may install the CRD after us).
+                    self._absent()
+                    resource_version = None
+                    continue
                 retry_after = min(err.retry_after or 0.0, self._backoff_max)
                 if err.status == 410:
                     # Compacted: re-list at once, unless this attempt already listed (an
@@ -179,6 +194,19 @@ class Informer:
             # the server's Retry-After (a 429 from API Priority and Fairness).
             self._stop.wait(max(backoff, retry_after))
             backoff = min(backoff * 2, self._backoff_max)
+
+    def _absent(self) -> None:
+        """The kind's resource is not served (404 on the List: a CRD not installed): store
+        nothing, marked synced, and wait :data:`ABSENT_RELIST_SECONDS` before listing
+        again, staying live (``stuck_for`` is reset)."""
+        changes = self._cache.replace(self.kind, {})
+        if not self._absent_logged:
+            log_event(LOG, "resource not served, none assumed", kind=self.kind)
+            self._absent_logged = True
+        self._notify(changes)
+        self.last_activity = self._clock()
+        self._stop.wait(ABSENT_RELIST_SECONDS)
+        self.last_activity = self._clock()
 
     def _list(self) -> str:
         views: dict[str, View] = {}

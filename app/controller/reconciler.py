@@ -283,6 +283,8 @@ class Reconciler:
             load_balancer_class=service.load_balancer_class,
         )
         self.states.record(
+            pools=self._cache.pools(),
+            namespace_labels=self._cache.namespace_labels,
             key,
             metrics.ASSIGNED if outcome.ingress else metrics.PENDING,
             (UNHEALTHY if outcome.all_unhealthy_note else "") if outcome.ingress else outcome.code,

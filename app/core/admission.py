@@ -32,12 +32,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.codes import NO_READY_ENDPOINT, SELECTOR_MISMATCH
+from app.core.codes import NO_READY_ENDPOINT, PORT_NOT_IN_POOL, SELECTOR_MISMATCH
 from app.core.decision import Decider, NotMemoised, Outcome, Snapshot
 from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import node_index
 from app.core.nodeipam import NodeIndex, is_managed
 from app.core.options import SelectionSettings
+from app.core.pools import NO_POOL_SET, NamespaceLabels, PoolSet
 from app.core.ports import Conflict, PortKey, PortLookup
 from app.core.selector import SelectorError, go_quote, parse_cached
 from app.core.text import elide
@@ -113,6 +114,10 @@ class AdmissionRequest:
         return self.is_service and self.operation in _CHECKED_OPERATIONS
 
 
+def _no_namespace(namespace: str) -> Mapping[str, str] | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """What the live cache holds now, for the cluster-state warnings.
@@ -145,6 +150,10 @@ class ClusterSnapshot:
     """The health view the reconciler decides with (docs/design.md §4.11: node name ->
     why; the leader's, empty on a follower or with health checks off): the warnings name
     the nodes the Service would really get, as the REST preview does."""
+    pools: PoolSet = NO_POOL_SET
+    """Every NodeAddressPool (docs/design.md §4.12; the cache's, by identity)."""
+    namespace_labels: NamespaceLabels | None = None
+    """A namespace's labels by name (what pools' ``namespaceSelectors`` match)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.nodes, NodeIndex):  # one index per snapshot, not per check
@@ -171,6 +180,8 @@ class ClusterSnapshot:
             ports=self.ports,
             endpoint_slices_of=slices_of,
             unhealthy=self.unhealthy,
+            pools=self.pools,
+            namespace_labels=self.namespace_labels or _no_namespace,
         )
         return decider, snap
 
@@ -466,8 +477,10 @@ def cluster_verdict(
     leaves out (no address is published), or for a denied ``decision``: ``decision`` as
     it is. Never raises on content.
     """
-    lookup = snapshot.ports
     view = subject.view
+    if decision.allowed and snapshot.pools and _namespace_allowed(view, settings):
+        decision = _pool_verdict(decision, subject, snapshot)
+    lookup = snapshot.ports
     if not decision.allowed or lookup is None or not _namespace_allowed(view, settings):
         return decision
     me = (view.namespace, view.name)
@@ -507,6 +520,27 @@ def cluster_verdict(
     if errors:
         return Decision(allowed=False, message=_aggregate(errors))
     return with_warnings(decision, warnings)
+
+
+def _pool_verdict(decision: Decision, subject: Subject, snapshot: ClusterSnapshot) -> Decision:
+    """The NodeAddressPool rule (docs/design.md §4.12) on an allowed ``decision``: a port
+    outside every pool that applies to the Service is denied, naming the pool and its
+    ports (on UPDATE, a port already in ``oldObject`` only warns, KEP-4008 ratcheting); a
+    Service no pool applies to is warned that it gets no address (as for
+    ``allowed-namespaces``). The reconciler enforces both when the webhook is bypassed."""
+    choice = snapshot.pools.choose(subject.view, snapshot.namespace_labels or _no_namespace)
+    if not choice.refused:
+        return decision
+    if choice.code == PORT_NOT_IN_POOL and choice.port not in subject.ratcheted:
+        index = next(
+            (i for i, protocol, port in subject.ports if (protocol, port) == choice.port), 0
+        )
+        return Decision(
+            allowed=False, message=f"spec.ports[{index}].port: Forbidden: {choice.reason}"
+        )
+    return with_warnings(
+        decision, [_short(f"the Service gets no node address: {choice.reason}")]
+    )
 
 
 def cluster_warnings(

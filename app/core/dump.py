@@ -38,6 +38,8 @@ import yaml
 from app.core import ciliumkpr
 from app.core.kubeproxy import CONFIG_MAP
 from app.core.options import MATCH_NODE_LABELS_ANNOTATION
+from app.core.pools import API_VERSION as POOL_API_VERSION
+from app.core.pools import NO_POOL_SET, PoolSet, pool_from_object
 from app.core.views import (
     EndpointSliceView,
     NodeView,
@@ -45,6 +47,7 @@ from app.core.views import (
     ServiceView,
     ViewError,
     endpoint_slice_view,
+    namespace_view,
     node_view,
     pod_view,
     service_view,
@@ -94,6 +97,8 @@ _KINDS = {
     "Service": ("services", ("v1",)),
     "EndpointSlice": ("endpoint_slices", ("discovery.k8s.io/v1", "discovery.k8s.io/v1beta1")),
     "Pod": ("pods", ("v1",)),  # those that hold a node port only (holds_node_ports)
+    "Namespace": ("namespaces", ("v1",)),  # their labels: pools' namespaceSelectors
+    "NodeAddressPool": ("pools", (POOL_API_VERSION,)),
 }
 
 
@@ -117,6 +122,9 @@ class Dump:
     pods: list[dict[str, Any]] = field(default_factory=list)
     """The Pods that hold a node port (:func:`holds_node_ports`; docs/design.md §4.9: they
     block the addresses of their node)."""
+    namespaces: list[dict[str, Any]] = field(default_factory=list)
+    pools: list[dict[str, Any]] = field(default_factory=list)
+    """NodeAddressPools (docs/design.md §4.12): with none, the decision is Cilium's."""
     origins: dict[int, str] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     empty: list[str] = field(default_factory=list)
@@ -152,6 +160,10 @@ class DumpViews:
     endpoint_slices: list[EndpointSliceView]
     pods: list[PodView] = field(default_factory=list)
     """The Pods that hold a node port, for the port index (docs/design.md §4.9)."""
+    pools: PoolSet = NO_POOL_SET
+    """The NodeAddressPools (docs/design.md §4.12)."""
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Each Namespace's labels by name (what pools' ``namespaceSelectors`` match)."""
     duplicates: list[str] = field(default_factory=list)
     """One line per object read more than once (same kind, namespace and name), naming
     it and where the copy that wins was read."""
@@ -439,6 +451,16 @@ def project(
             pod = pod_view(obj)
             pods[pod.namespace, pod.name] = pod
             keep("Pod", pod.namespace, pod.name, obj)
+        labels = {}
+        for obj in dump.namespaces:
+            ns = namespace_view(obj)
+            labels[ns.name] = dict(ns.labels)
+            keep("Namespace", "", ns.name, obj)
+        pools = {}
+        for obj in dump.pools:
+            pool = pool_from_object(obj)
+            pools[pool.name] = pool
+            keep("NodeAddressPool", "", pool.name, obj)
     except ViewError as err:
         raise DumpError(f"{dump.where(obj)}: {err}") from None
     duplicates = [
@@ -453,5 +475,7 @@ def project(
         services=[services[k] for k in sorted(services)],
         endpoint_slices=list(slices.values()),
         pods=list(pods.values()),
+        pools=PoolSet(pools.values()) if pools else NO_POOL_SET,
+        namespace_labels=labels,
         duplicates=duplicates,
     )

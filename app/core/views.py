@@ -248,6 +248,27 @@ def _mapping(obj: Any, where: str) -> Mapping[str, Any]:
     return obj
 
 
+@dataclass(frozen=True, slots=True)
+class NamespaceView:
+    """What NodeAddressPools read from a Namespace (docs/design.md §4.12): its labels,
+    as sorted pairs, for ``spec.serviceAllocation.namespaceSelectors``."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+def namespace_view(obj: Mapping[str, Any]) -> NamespaceView:
+    """The :class:`NamespaceView` of a Namespace object.
+
+    Raises:
+        ViewError: ``metadata`` or its ``labels`` is not of its JSON type (naming it).
+    """
+    meta, name, _ = _metadata(obj, namespaced=False)
+    return NamespaceView(
+        name, tuple(sorted(_string_map(meta.get("labels"), "metadata.labels").items()))
+    )
+
+
 def _list(obj: Any, where: str) -> list[Any]:
     if obj is None:
         return []

@@ -43,13 +43,15 @@ import urllib3
 import urllib3.connection
 from urllib3.util import wait_for_read
 
-Kind = Literal["nodes", "services", "endpointslices", "pods"]
+Kind = Literal["nodes", "services", "endpointslices", "pods", "namespaces", "nodeaddresspools"]
 
 COLLECTIONS: dict[str, str] = {
     "nodes": "/api/v1/nodes",
     "services": "/api/v1/services",
     "endpointslices": "/apis/discovery.k8s.io/v1/endpointslices",
     "pods": "/api/v1/pods",
+    "namespaces": "/api/v1/namespaces",
+    "nodeaddresspools": "/apis/node-ipam-lb.io/v1alpha1/nodeaddresspools",
 }
 """Cluster-wide collection path of each watched kind."""
 

@@ -120,6 +120,7 @@ class LiveCluster:
                 if err.status != FORBIDDEN:
                     raise
                 dump.warnings.append(_no_pods_warning(err))
+            dump.pools, dump.namespaces = self._pools(dump.warnings)
         except ApiError as err:
             raise DumpError(f"{self._host}: {err}") from err
         dump.kube_proxy = self._kube_proxy()
@@ -162,6 +163,44 @@ class LiveCluster:
                     label_selector=f"{SERVICE_NAME_LABEL}={name}",
                 )
         return services, slices
+
+    def _pools(self, warnings: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The NodeAddressPools and, when one has ``namespaceSelectors``, the Namespaces
+        (docs/design.md §4.12). No CRD (404): none. Forbidden: none, with a warning saying
+        the answer may differ from the controller's.
+
+        Raises:
+            ApiError: any other failed call.
+        """
+        try:
+            pools = self._api.list_items("nodeaddresspools")
+        except ApiError as err:
+            if err.status == 404:
+                return [], []
+            if err.status != FORBIDDEN:
+                raise
+            warnings.append(
+                f"cannot list NodeAddressPools ({err.reason}): the answer assumes there are"
+                " none; if an administrator made some, the controller narrows or refuses"
+                " Services this preview shows addressed"
+            )
+            return [], []
+        if not any(
+            ((p.get("spec") or {}).get("serviceAllocation") or {}).get("namespaceSelectors")
+            for p in pools
+            if isinstance(p.get("spec"), dict)
+        ):
+            return pools, []
+        try:
+            return pools, self._api.list_items("namespaces")
+        except ApiError as err:
+            if err.status != FORBIDDEN:
+                raise
+            warnings.append(
+                f"cannot list Namespaces ({err.reason}): pools' namespaceSelectors match no"
+                " namespace in this answer"
+            )
+            return pools, []
 
     def _cilium(self) -> tuple[dict[str, Any] | None, list[str] | None]:
         """Cilium's ConfigMap ``kube-system/cilium-config`` and the images of its agent Pods

@@ -157,6 +157,8 @@ def preview_dump(
         ports=ports,
         endpoint_slices_of=lambda namespace, name: by_service.get((namespace, name), ()),
         unhealthy=unhealthy,
+        pools=views.pools,
+        namespace_labels=views.namespace_labels.get,
     )
     for svc in views.services:
         if scope is not None and not scope.wanted(svc):

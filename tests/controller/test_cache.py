@@ -22,7 +22,9 @@ def test_relist_reports_additions_changes_and_deletions_missed_during_a_gap() ->
         ("c", False, True),
     ]
     assert sorted(n.name for n in cache.nodes()) == ["b", "c"]
-    assert cache.unsynced() == ("services", "endpointslices", "pods") and not cache.synced
+    assert cache.unsynced() == (
+        "services", "endpointslices", "pods", "namespaces", "nodeaddresspools",
+    ) and not cache.synced  # fmt: skip
 
 
 def test_endpoint_slices_are_found_by_service_name_and_follow_relabelling() -> None:
@@ -68,8 +70,8 @@ def test_host_network_pods_feed_the_port_index_and_the_sync_waits_for_them() -> 
     """docs/design.md §4.9: the Pods' ports go into the port index on a list, a put and a
     delete (its version moves each time), and the cache is not synced before them."""
     cache = ClusterCache()
-    assert KINDS == ("nodes", "services", "endpointslices", "pods")
-    for kind in ("nodes", "services", "endpointslices"):
+    assert KINDS[:4] == ("nodes", "services", "endpointslices", "pods")
+    for kind in ("nodes", "services", "endpointslices", "namespaces", "nodeaddresspools"):
         cache.replace(kind, {})
     assert not cache.synced, "no decision before the host-network Pods are known"
     exporter = PodView("monitoring", "exporter", "n1", (("TCP", 9100),))

@@ -492,6 +492,8 @@ def test_a_term_that_starts_as_the_caches_finish_syncing_misses_no_change(
     controller._on_started_leading()  # the elector's thread, inside the window
     taken = controller.queue.get(timeout=0.1)
     if taken is not None:
+        ("namespaces", {}),
+        ("nodeaddresspools", {}),
         controller.queue.done(taken)  # a worker reconciled the old spec
     old = cache.put("services", "default/web", view(edge))  # the selector changes
     controller._on_changes("services", [("default/web", old, view(edge))])

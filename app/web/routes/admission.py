@@ -395,4 +395,6 @@ def _snapshot(
         ports=cache,
         endpoint_slices_of=cache.endpoint_slices,
         unhealthy=state.unhealthy(),
+        pools=cache.pools(),
+        namespace_labels=cache.namespace_labels,
     )

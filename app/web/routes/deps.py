@@ -21,6 +21,7 @@ from app.core.hazards import Hazard
 from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.options import SelectionSettings
+from app.core.pools import PoolSet
 from app.core.ports import PortLookup
 from app.core.views import EndpointSliceView, NodeView, ServiceView
 from app.web.auth import AccessError, Authorizer, NoReviewSlot
@@ -50,6 +51,8 @@ class CacheLike(PortLookup, Protocol):
     def service(self, namespace: str, name: str) -> ServiceView | None: ...
     def services(self) -> list[ServiceView]: ...
     def endpoint_slices(self, namespace: str, service_name: str) -> list[EndpointSliceView]: ...
+    def pools(self) -> PoolSet: ...
+    def namespace_labels(self, name: str) -> dict[str, str] | None: ...
 
 
 class ControllerLike(Protocol):

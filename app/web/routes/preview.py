@@ -302,6 +302,8 @@ def _select(service: ServiceView, cache: CacheLike, state: AppState) -> PreviewI
         ports=cache,
         endpoint_slices_of=cache.endpoint_slices,
         unhealthy=state.unhealthy(),
+        pools=cache.pools(),
+        namespace_labels=cache.namespace_labels,
     )
     selection = state.decider.preview(service, snap)
     item = selection.to_dict()
