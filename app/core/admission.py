@@ -531,16 +531,21 @@ def _pool_verdict(decision: Decision, subject: Subject, snapshot: ClusterSnapsho
     choice = snapshot.pools.choose(subject.view, snapshot.namespace_labels or _no_namespace)
     if not choice.refused:
         return decision
-    if choice.code == PORT_NOT_IN_POOL and choice.port not in subject.ratcheted:
-        index = next(
-            (i for i, protocol, port in subject.ports if (protocol, port) == choice.port), 0
+    if choice.code != PORT_NOT_IN_POOL or choice.port is None:
+        warning = (
+            "the Service gets no node address: no NodeAddressPool applies to namespace"
+            f" {subject.view.namespace}"
         )
-        return Decision(
-            allowed=False, message=f"spec.ports[{index}].port: Forbidden: {choice.reason}"
+        return with_warnings(decision, [_short(warning)])
+    index = next((i for i, protocol, port in subject.ports if (protocol, port) == choice.port), 0)
+    if choice.port in subject.ratcheted:
+        port, pool = f"{choice.port[1]}/{choice.port[0]}", choice.pool_name
+        warning = (
+            f"spec.ports[{index}].port {port} is outside NodeAddressPool {pool} (unchanged):"
+            " the Service gets no node address"
         )
-    return with_warnings(
-        decision, [_short(f"the Service gets no node address: {choice.reason}")]
-    )
+        return with_warnings(decision, [_short(warning)])
+    return Decision(allowed=False, message=f"spec.ports[{index}].port: Forbidden: {choice.reason}")
 
 
 def cluster_warnings(

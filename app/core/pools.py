@@ -329,6 +329,9 @@ class Choice:
     code: str | None = None
     reason: str = ""
     port: tuple[str, int] | None = None
+    """``PortNotInPool``: the ``(protocol, port)`` refused."""
+    pool_name: str = ""
+    """``PortNotInPool``: the pool named in ``reason`` (the first that applies)."""
 
     @property
     def refused(self) -> bool:
@@ -417,6 +420,7 @@ class PoolSet:
                 + ": use a port of the pool, or ask an administrator for a pool that grants it"
             ),
             port=(protocol, port),
+            pool_name=pool.name,
         )
 
 

@@ -7,18 +7,23 @@ checks the decision through the one path every caller shares (:class:`Decider`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
 import pytest
 
+from app.core import admission
 from app.core.codes import NO_POOL, NOT_IN_POOL, PORT_NOT_IN_POOL, SELECTED
 from app.core.decision import Decider, Snapshot
 from app.core.nodeindex import NodeIndex
-from app.core.nodeipam import select
+from app.core.nodeipam import is_managed, select
 from app.core.options import SelectionSettings
 from app.core.pools import PoolSet, label_selector, pool_from_object
+from app.core.ports import PortIndex
 from app.core.views import EXCLUDE_FROM_LB_LABEL, ServiceView
+from tests.core.admission.builders import review
+from tests.core.admission_support import svc as admission_svc
 from tests.core.builders import NOW, node, service
 
 SETTINGS = SelectionSettings()
@@ -283,3 +288,43 @@ def test_memo_keys_by_pool_and_starts_over_when_pools_change() -> None:
         for o, ns in zip(objects, ("team-b", "team-a"), strict=True)
     ]
     assert ingress(decider, a, snap(swapped)) == ["10.0.1.1"]
+
+
+def review_with_pools(
+    obj: dict[str, Any], objects: list[dict[str, Any]], old: dict[str, Any] | None = None
+) -> admission.Decision:
+    """/validate of ``obj`` (a CREATE, an UPDATE with ``old``) with ``objects`` as the pools."""
+    body = review(obj, operation="UPDATE" if old is not None else "CREATE", old=old)
+    body["request"]["namespace"] = obj["metadata"]["namespace"]
+    snapshot = admission.ClusterSnapshot(
+        nodes=NODES,
+        endpoint_slices=(),
+        now=NOW,
+        ports=PortIndex(lambda view: is_managed(view, SETTINGS)[0]),
+        pools=PoolSet(pool_from_object(o) for o in objects),
+        namespace_labels=NAMESPACES.get,
+    )
+    return admission.validate(admission.parse_review(body), settings=SETTINGS, snapshot=snapshot)
+
+
+def test_admission_denies_a_port_outside_the_pool_naming_it() -> None:
+    denied = review_with_pools(admission_svc(namespace="team-a", ports=((8080, "TCP"),)), TENANTS)
+    assert not denied.allowed
+    assert (denied.message or "").startswith(
+        "spec.ports[0].port: Forbidden: port 8080/TCP is outside NodeAddressPool team-a-edge"
+        " (spec.ports: 80, 443/TCP)"
+    )
+    allowed = review_with_pools(admission_svc(namespace="team-a", ports=((443, "TCP"),)), TENANTS)
+    assert allowed.allowed
+    # No pool objects: the same Service is allowed (today's behaviour).
+    assert review_with_pools(admission_svc(namespace="team-a", ports=((8080, "TCP"),)), []).allowed
+
+
+def test_admission_ratchets_a_port_already_there_and_warns_a_namespace_without_a_pool() -> None:
+    obj = admission_svc(namespace="team-a", ports=((8080, "TCP"),))
+    kept = review_with_pools(obj, TENANTS, old=copy.deepcopy(obj))
+    assert kept.allowed
+    assert any("outside NodeAddressPool team-a-edge" in w for w in kept.warnings)
+    other = review_with_pools(admission_svc(namespace="other"), TENANTS)
+    assert other.allowed
+    assert any("gets no node address" in w and "NodeAddressPool" in w for w in other.warnings)

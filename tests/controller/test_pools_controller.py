@@ -1,0 +1,159 @@
+"""NodeAddressPools through the running Controller (docs/design.md §4.12): the informers
+feed pools and namespaces' labels to the one decision path, a change of either requeues the
+Services it concerns, and a tenant gets nothing a pool does not grant with no webhook in
+the path (the reconciler enforces it). The in-memory API serves the CRD; a 404 on its List
+(no CRD installed) means no pools, and the controller still becomes ready.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from app.controller.cache import ClusterCache
+from app.controller.informer import Informer
+from app.kube.client import ApiError
+from tests.controller.memory_api import MemoryAPI
+from tests.controller.support import Start, converged, node, service, wait_until
+
+
+def pool(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "node-ipam-lb.io/v1alpha1",
+        "kind": "NodeAddressPool",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def namespace(name: str, **labels: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def reasons_for(api: MemoryAPI, name: str) -> list[str]:
+    return [
+        e.get("reason", "")
+        for e in api.events
+        if (e.get("regarding") or e.get("involvedObject") or {}).get("name") == name
+    ]
+
+
+def seed(api: MemoryAPI) -> None:
+    api.apply("nodes", node("edge-1", internal=["10.0.0.1"], labels={"role": "edge"}))
+    api.apply("nodes", node("work-1", internal=["10.0.1.1"], labels={"role": "worker"}))
+    api.apply("namespaces", namespace("team-a", tenant="a"))
+    api.apply("namespaces", namespace("team-b", tenant="b"))
+
+
+def test_tenants_get_their_pools_nodes_and_a_pool_change_requeues(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    seed(memory_api)
+    memory_api.apply(
+        "nodeaddresspools",
+        pool(
+            "team-a-edge",
+            nodeSelector={"matchLabels": {"role": "edge"}},
+            ports=[{"port": 80}, {"port": 443}],
+            serviceAllocation={"namespaces": ["team-a"]},
+        ),
+    )
+    memory_api.apply(
+        "nodeaddresspools",
+        pool(
+            "team-b-high",
+            ports=[{"port": 8000, "endPort": 8999}],
+            serviceAllocation={"namespaceSelectors": [{"matchLabels": {"tenant": "b"}}]},
+        ),
+    )
+    memory_api.apply("services", service("web", namespace="team-a", port=443))
+    memory_api.apply("services", service("api", namespace="team-b", port=8080))
+    memory_api.apply("services", service("stray", namespace="team-a", port=8443))
+    start(leader_elect=False)
+    wait_until(converged(memory_api, "team-a/web", ["10.0.0.1"]), what="team-a on edge")
+    wait_until(
+        converged(memory_api, "team-b/api", ["10.0.0.1", "10.0.1.1"]), what="team-b everywhere"
+    )
+    # No webhook in this path: the reconciler refuses the port outside team-a's pool.
+    wait_until(lambda: "PortNotInPool" in reasons_for(memory_api, "stray"), what="the Warning")
+    assert not memory_api.ingress("team-a/stray")
+    # The administrator widens team-a's pool to every node: its Service follows.
+    memory_api.apply(
+        "nodeaddresspools",
+        pool(
+            "team-a-edge",
+            ports=[{"port": 80}, {"port": 443}],
+            serviceAllocation={"namespaces": ["team-a"]},
+        ),
+    )
+    wait_until(converged(memory_api, "team-a/web", ["10.0.0.1", "10.0.1.1"]), what="widened")
+    # A namespace relabelled out of team-b's selector loses its addresses (fail closed).
+    memory_api.apply("namespaces", namespace("team-b", tenant="c"))
+    wait_until(converged(memory_api, "team-b/api", []), what="team-b refused")
+    wait_until(lambda: "NoPool" in reasons_for(memory_api, "api"), what="the NoPool Warning")
+    # The last pool gone: today's behaviour again, for every namespace.
+    memory_api.delete("nodeaddresspools", "team-a-edge")
+    memory_api.delete("nodeaddresspools", "team-b-high")
+    wait_until(converged(memory_api, "team-b/api", ["10.0.0.1", "10.0.1.1"]), what="no pools: all")
+
+
+class _NoCRD:
+    """A KubeAPI whose ``nodeaddresspools`` List is a 404 (the CRD is not installed)."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+
+    def list_page(self, kind: str, **_: Any) -> dict[str, Any]:
+        self.lists += 1
+        raise ApiError(404, "the server could not find the requested resource")
+
+
+def test_no_crd_means_no_pools_and_the_cache_syncs() -> None:
+    cache = ClusterCache()
+    api = _NoCRD()
+    informer = Informer(
+        kind="nodeaddresspools",
+        api=api,  # type: ignore[arg-type]
+        cache=cache,
+        to_view=lambda obj: obj,
+        handler=lambda kind, changes: None,
+    )
+    thread = threading.Thread(target=informer.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: "nodeaddresspools" not in cache.unsynced(), what="synced empty")
+        assert not cache.pools()
+        assert informer.stuck_for() < 5, "waiting for a CRD is not a stuck watch"
+    finally:
+        informer.stop()
+        thread.join(5)
+    assert api.lists == 1, "it waits before listing again"
+
+
+def test_another_error_on_an_optional_kind_keeps_it_unsynced() -> None:
+    """A 403 (RBAC missing) is not "no pools": pools the controller cannot read must not
+    let every tenant through, so readiness waits and names the kind."""
+
+    class Forbidden(_NoCRD):
+        def list_page(self, kind: str, **_: Any) -> dict[str, Any]:
+            self.lists += 1
+            raise ApiError(403, "forbidden")
+
+    cache = ClusterCache()
+    api = Forbidden()
+    informer = Informer(
+        kind="nodeaddresspools",
+        api=api,  # type: ignore[arg-type]
+        cache=cache,
+        to_view=lambda obj: obj,
+        handler=lambda kind, changes: None,
+        backoff_initial=0.01,
+    )
+    thread = threading.Thread(target=informer.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: api.lists >= 2, what="retries")
+        assert "nodeaddresspools" in cache.unsynced()
+    finally:
+        informer.stop()
+        thread.join(5)
