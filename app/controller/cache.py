@@ -36,7 +36,7 @@ KINDS: tuple[Kind, ...] = (
 app.controller.controller.host_pod_view; with ``host-port-pods`` off the informer lists the
 ``hostNetwork: true`` ones only, app.kube.client.pod_field_selector). ``namespaces``: their
 labels only (what NodeAddressPools' ``namespaceSelectors`` match); ``nodeaddresspools``:
-:class:`~app.core.pools.Pool` s (docs/design.md §4.12; no CRD installed: none)."""
+:class:`~app.core.pools.Pool` s (docs/design.md §4.13; no CRD installed: none)."""
 
 View = Any
 """A NodeView, ServiceView, EndpointSliceView or PodView (the store of each kind holds one

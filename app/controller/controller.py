@@ -565,7 +565,7 @@ class Controller:
 
     def _pool_keys(self, kind: Kind, changes: list[Change]) -> list[str]:
         """The managed Services a change of NodeAddressPools or of namespaces' labels may
-        decide differently (docs/design.md §4.12): every one for a pool change (a pool
+        decide differently (docs/design.md §4.13): every one for a pool change (a pool
         can take a Service from another, or refuse it); a namespace's own while pools
         exist. Invalid pools are logged here, the one place every replica sees them."""
         if kind == "nodeaddresspools":

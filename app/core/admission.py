@@ -151,7 +151,7 @@ class ClusterSnapshot:
     why; the leader's, empty on a follower or with health checks off): the warnings name
     the nodes the Service would really get, as the REST preview does."""
     pools: PoolSet = NO_POOL_SET
-    """Every NodeAddressPool (docs/design.md §4.12; the cache's, by identity)."""
+    """Every NodeAddressPool (docs/design.md §4.13; the cache's, by identity)."""
     namespace_labels: NamespaceLabels | None = None
     """A namespace's labels by name (what pools' ``namespaceSelectors`` match)."""
 
@@ -523,7 +523,7 @@ def cluster_verdict(
 
 
 def _pool_verdict(decision: Decision, subject: Subject, snapshot: ClusterSnapshot) -> Decision:
-    """The NodeAddressPool rule (docs/design.md §4.12) on an allowed ``decision``: a port
+    """The NodeAddressPool rule (docs/design.md §4.13) on an allowed ``decision``: a port
     outside every pool that applies to the Service is denied, naming the pool and its
     ports (on UPDATE, a port already in ``oldObject`` only warns, KEP-4008 ratcheting); a
     Service no pool applies to is warned that it gets no address (as for

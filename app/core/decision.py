@@ -249,7 +249,7 @@ class Outcome:
 
     @classmethod
     def refused(cls, choice: Choice) -> Outcome:
-        """The outcome of a Service its NodeAddressPools refuse (docs/design.md §4.12): no
+        """The outcome of a Service its NodeAddressPools refuse (docs/design.md §4.13): no
         address, ``choice``'s code and reason (also the ``NoEligibleNodes``-style note)."""
         return cls(
             ingress=(),
@@ -342,7 +342,7 @@ class Snapshot:
     unhealthy: Mapping[str, str] = field(default_factory=lambda: NO_UNHEALTHY)
     port_version: int | None = None
     pools: PoolSet = NO_POOL_SET
-    """Every NodeAddressPool (§4.12; compared by identity: the cache builds a new set on
+    """Every NodeAddressPool (§4.13; compared by identity: the cache builds a new set on
     each change of a pool, or of a namespace's labels while pools exist)."""
     namespace_labels: NamespaceLabels = _no_labels
     """A namespace's labels by name (what pools' ``namespaceSelectors`` match)."""
@@ -418,7 +418,7 @@ class Decider:
 
     def choice(self, service: ServiceView, snap: Snapshot) -> Choice:
         """The NodeAddressPool ``service`` uses on ``snap``, or why it gets none
-        (:meth:`app.core.pools.PoolSet.choose`, docs/design.md §4.12); no pools, or a
+        (:meth:`app.core.pools.PoolSet.choose`, docs/design.md §4.13); no pools, or a
         Service that is not managed (§3): :data:`~app.core.pools.NO_POOLS`."""
         if not snap.pools or not is_managed(service, self.settings)[0]:
             return NO_POOLS
@@ -427,7 +427,7 @@ class Decider:
     def outcome(self, service: ServiceView, snap: Snapshot, *, compute: bool = True) -> Outcome:
         """What ``select`` gives ``service`` on ``snap`` (docs/design.md §4, §4.11), as an
         :class:`Outcome`, memoised by :func:`selection_key` and the NodeAddressPool it
-        uses (§4.12; a Service its pools refuse gets :meth:`Outcome.refused`).
+        uses (§4.13; a Service its pools refuse gets :meth:`Outcome.refused`).
 
         Raises:
             NotMemoised: ``compute`` is false and no valid memoised Outcome exists.

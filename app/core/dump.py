@@ -124,7 +124,7 @@ class Dump:
     block the addresses of their node)."""
     namespaces: list[dict[str, Any]] = field(default_factory=list)
     pools: list[dict[str, Any]] = field(default_factory=list)
-    """NodeAddressPools (docs/design.md §4.12): with none, the decision is Cilium's."""
+    """NodeAddressPools (docs/design.md §4.13): with none, the decision is Cilium's."""
     origins: dict[int, str] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     empty: list[str] = field(default_factory=list)
@@ -161,7 +161,7 @@ class DumpViews:
     pods: list[PodView] = field(default_factory=list)
     """The Pods that hold a node port, for the port index (docs/design.md §4.9)."""
     pools: PoolSet = NO_POOL_SET
-    """The NodeAddressPools (docs/design.md §4.12)."""
+    """The NodeAddressPools (docs/design.md §4.13)."""
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     """Each Namespace's labels by name (what pools' ``namespaceSelectors`` match)."""
     duplicates: list[str] = field(default_factory=list)

@@ -79,7 +79,7 @@ class NodeIndex:
 
     def within(self, selector: Selector) -> frozenset[int]:
         """:meth:`matching` as a set, memoised per selector: the nodes of a
-        NodeAddressPool's ``spec.nodeSelector`` (docs/design.md §4.12), which every
+        NodeAddressPool's ``spec.nodeSelector`` (docs/design.md §4.13), which every
         decision of the pool's Services intersects with. At most :data:`MAX_SETS` kept."""
         with self._lock:
             hit = self._sets.get(selector)

@@ -100,7 +100,7 @@ class Selection:
     recheck_at: float | None
     code: str
     pool: str | None = None
-    """The NodeAddressPool whose nodes the Service chose among (docs/design.md §4.12;
+    """The NodeAddressPool whose nodes the Service chose among (docs/design.md §4.13;
     ``None``: no pool objects exist, or the Service was refused one)."""
 
     def to_dict(self) -> dict[str, Any]:
@@ -378,7 +378,7 @@ def select(
         pool: the NodeAddressPool the Service uses (:meth:`app.core.pools.PoolSet.choose`;
             ``None``: no pools): the selector chooses among its nodes only (the others get
             ``NotInPool``), and its ``addressTypes``/``ignoreExcludeLabel`` replace the
-            settings' (docs/design.md §4.12).
+            settings' (docs/design.md §4.13).
 
     Steps: selector annotation (apimachinery ``labels.Parse``; a parse error gives
     ``error`` and ``ingress=None``, an empty value matches all nodes), KEP-3458 node

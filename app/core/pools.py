@@ -1,4 +1,4 @@
-"""Address pools: which nodes, ports and address types a Service may get (docs/design.md §4.12).
+"""Address pools: which nodes, ports and address types a Service may get (docs/design.md §4.13).
 
 A ``NodeAddressPool`` (``node-ipam-lb.io/v1alpha1``, cluster-scoped, written by an
 administrator; deploy/base/crd-nodeaddresspools.yaml) grants the Services it applies to

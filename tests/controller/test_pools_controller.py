@@ -1,4 +1,4 @@
-"""NodeAddressPools through the running Controller (docs/design.md §4.12): the informers
+"""NodeAddressPools through the running Controller (docs/design.md §4.13): the informers
 feed pools and namespaces' labels to the one decision path, a change of either requeues the
 Services it concerns, and a tenant gets nothing a pool does not grant with no webhook in
 the path (the reconciler enforces it). The in-memory API serves the CRD; a 404 on its List

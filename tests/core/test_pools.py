@@ -1,4 +1,4 @@
-"""NodeAddressPools (app/core/pools.py, docs/design.md §4.12): which pool a Service uses,
+"""NodeAddressPools (app/core/pools.py, docs/design.md §4.13): which pool a Service uses,
 what a pool narrows, and that a tenant gets nothing a pool does not grant.
 
 Each case builds pool objects as an administrator writes them (the CRD's JSON) and
