@@ -508,7 +508,8 @@ def summarise(
             return None
     if service.external_traffic_policy == LOCAL:
         ready = nodes.positions(_ready_node_names(service, endpoint_slices))
-        if selector is not None:
+        # The pool's nodeSelector narrows ``matching`` even when the Service has none.
+        if selector is not None or (pool is not None and pool.node_selector is not None):
             ready = [i for i in ready if _contains(matching, i)]
         positions = [i for i in ready if node_list[i].predicate_for(ignore_label) is None]
     else:

@@ -20,6 +20,7 @@ from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import Summary, select, summarise
 from app.core.options import SelectionSettings
+from app.core.pools import pool_from_object
 from app.core.views import (
     EndpointSliceView,
     NodeView,
@@ -222,3 +223,28 @@ def test_random_clusters(seed: int) -> None:
         answered += got is not None
     if len(nodes) > 10:
         assert answered, "no Service had an ingress: the generator is too strict"
+
+
+def test_a_local_service_without_a_selector_stays_inside_its_pools_nodes() -> None:
+    # Before: summarise kept every Node holding a ready endpoint when the Service had no
+    # selector annotation, so a tenant's Local Service was published on Nodes outside its
+    # NodeAddressPool (found by bench_peer --pools, bench/README.md §13); select refused.
+    pool = pool_from_object(
+        {"metadata": {"name": "edge"}, "spec": {"nodeSelector": {"matchLabels": {"pool": "a"}}}}
+    )
+    nodes = [
+        node("in", internal=["10.0.0.1"], labels={"pool": "a"}),
+        node("out", internal=["10.0.0.2"], labels={"pool": "b"}),
+    ]
+    local = service(etp="Local")
+    settings = SelectionSettings()
+    args: dict[str, Any] = {
+        "service": local, "nodes": NodeIndex(nodes), "settings": settings, "now": NOW, "pool": pool,
+    }  # fmt: skip
+    outside = [endpoint_slice("web", [endpoint("out")])]
+    assert select(endpoint_slices=outside, **args).ingress == ()
+    assert summarise(endpoint_slices=outside, **args) is None
+    both = [endpoint_slice("web", [endpoint("out"), endpoint("in")])]
+    got = summarise(endpoint_slices=both, **args)
+    assert got is not None and got.ingress == select(endpoint_slices=both, **args).ingress
+    assert [e["ip"] for e in got.ingress] == ["10.0.0.1"]
