@@ -74,10 +74,19 @@ def run(
 
 
 def template(
-    helm: Path, values: dict[str, Any] | None = None, namespace: str = NAMESPACE
+    helm: Path,
+    values: dict[str, Any] | None = None,
+    namespace: str = NAMESPACE,
+    *,
+    include_crds: bool = False,
 ) -> list[dict[str, Any]]:
-    """The objects ``helm template`` renders for ``values``; fails the test on an error."""
-    result = run(helm, "template", RELEASE, str(CHART), "--namespace", namespace, values=values)
+    """The objects ``helm template`` renders for ``values`` (with the chart's ``crds/``
+    first when ``include_crds``, as ``helm install`` creates them); fails the test on an
+    error."""
+    crds = ["--include-crds"] if include_crds else []
+    result = run(
+        helm, "template", RELEASE, str(CHART), "--namespace", namespace, *crds, values=values
+    )
     assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 

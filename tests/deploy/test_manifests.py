@@ -30,6 +30,7 @@ from tests.deploy.render import (
 
 SCHEMA_VERSIONS = ("1.30.0", latest_version())
 CLUSTER_SCOPED = {
+    "CustomResourceDefinition",
     "Namespace",
     "ClusterRole",
     "ClusterRoleBinding",

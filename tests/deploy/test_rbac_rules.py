@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from app.core import pools
 from tests.deploy.rbac import Authorizer, Request
 from tests.deploy.render import KUSTOMIZATIONS, NAMESPACE, SECRET_NAME, env, render
 
 NS = NAMESPACE
+GROUP = pools.GROUP
 
 ALLOWED = [
     ("watch Services cluster-wide", Request("watch", "", "services")),
@@ -50,6 +52,13 @@ ALLOWED = [
      Request("get", "", "configmaps", "", "kube-system", "cilium-config")),
     ("list the Pods of kube-system (Cilium's agents, their release)",
      Request("list", "", "pods", "", "kube-system")),
+    ("list NodeAddressPools (informer)", Request("list", GROUP, "nodeaddresspools")),
+    ("watch NodeAddressPools", Request("watch", GROUP, "nodeaddresspools")),
+    ("write a pool's conditions",
+     Request("patch", GROUP, "nodeaddresspools", "status", "", "team-a-edge")),
+    ("list Namespaces (the labels pools' namespaceSelectors match)",
+     Request("list", "", "namespaces")),
+    ("watch Namespaces", Request("watch", "", "namespaces")),
 ]  # fmt: skip
 
 DENIED = [
@@ -101,6 +110,14 @@ DENIED = [
      Request("get", "", "configmaps", "", NS, "cilium-config")),
     ("read a DaemonSet in kube-system (Cilium's release comes from its Pods)",
      Request("get", "apps", "daemonsets", "", "kube-system", "cilium")),
+    ("create a NodeAddressPool (an administrator's grant)",
+     Request("create", GROUP, "nodeaddresspools")),
+    ("change a pool's spec", Request("update", GROUP, "nodeaddresspools", "", "", "team-a-edge")),
+    ("patch a pool's spec", Request("patch", GROUP, "nodeaddresspools", "", "", "team-a-edge")),
+    ("delete a pool", Request("delete", GROUP, "nodeaddresspools", "", "", "team-a-edge")),
+    ("label a Namespace (and so move it into a pool)",
+     Request("patch", "", "namespaces", "", "", "team-b")),
+    ("delete a Namespace", Request("delete", "", "namespaces", "", "", "team-b")),
 ]  # fmt: skip
 
 
@@ -170,3 +187,27 @@ def test_precreated_secret_overlay_needs_no_secret_create() -> None:
     assert auth.allows(Request("update", "", "secrets", "", NS, SECRET_NAME))
     shipped = [o for o in render("deploy/overlays/precreated-secret") if o["kind"] == "Secret"]
     assert [(s["metadata"]["name"], "data" in s) for s in shipped] == [(SECRET_NAME, False)]
+
+
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+READ = {"get", "list", "watch"}
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_no_role_aggregated_into_a_tenants_roles_writes_anything(kustomization: str) -> None:
+    """Tenants hold the built-in ``view``, ``edit`` and ``admin`` ClusterRoles; what we
+    aggregate into them only reads (NodeAddressPools are an administrator's grant,
+    docs/design.md §4.13), and only into ``view``."""
+    aggregated = [
+        o
+        for o in render(kustomization)
+        if o["kind"] == "ClusterRole"
+        and any(k.startswith(AGGREGATE) for k in o["metadata"].get("labels", {}))
+    ]
+    assert [o["metadata"]["name"] for o in aggregated] == ["node-ipam-lb-view"]
+    for role in aggregated:
+        labels = role["metadata"]["labels"]
+        assert {k for k in labels if k.startswith(AGGREGATE)} == {f"{AGGREGATE}view"}
+        for rule in role["rules"]:
+            assert set(rule["verbs"]) <= READ, rule
+            assert rule["resources"] == [pools.PLURAL], rule
