@@ -72,6 +72,16 @@ Cilium at 5,000 Nodes, whose every Node change requeues all 10,000 Services at 1
 requests/s. ``--plot FILE.png`` draws both controllers' cold start (wall time until
 written, CPU until quiet) against Nodes; ``--profile`` runs py-spy on serve during its
 cold start; ``--workdir DIR`` keeps every log.
+
+``--pools 0,20,0,20`` (ours only) installs the NodeAddressPool CRD
+(deploy/base/crd-nodeaddresspools.yaml, waited for until ``Established`` and served) after
+seeding and runs each controller once per count, in order, on the same seeded server:
+before each run the server's pools are replaced by that many of
+:func:`bench.address_pools.make_address_pools` (tenants by namespace label and by name,
+node selectors, port ranges, address types, a low-priority catch-all), and the expected
+ingress is the oracle's with them (:func:`bench.cluster.expected_ingress`, which also
+holds the product's pool choice to the bench's own reading of the rule). The table has a
+column per run (``ours/20 pools``).
 """
 
 from __future__ import annotations
@@ -128,6 +138,12 @@ def parse_args(argv: Sequence[str]) -> Options:
         help="extra managed Services sharing a twin's ports (docs/design.md §4.9); Cilium"
         " publishes them, so its statuses are wrong by our oracle: use --controllers ours",
     )
+    parser.add_argument(
+        "--pools",
+        default=None,
+        help="NodeAddressPools per run, comma-separated (0,20,0,20: four runs of each"
+        " controller on one seeded API server, the CRD installed first; bench/address_pools.py)",
+    )
     parser.add_argument("--steady-seconds", type=float, default=300.0)
     parser.add_argument("--churn", type=int, default=20, help="changes of each kind")
     parser.add_argument("--cap", type=float, default=900.0, help="convergence cap per phase (s)")
@@ -142,12 +158,25 @@ def parse_args(argv: Sequence[str]) -> Options:
     controllers = [c.strip() for c in args.controllers.split(",") if c.strip()]
     if not controllers or set(controllers) - set(CONTROLLERS):
         parser.error(f"--controllers: expected cilium, ours or both, not {args.controllers!r}")
+    pools = None
+    if args.pools is not None:
+        try:
+            pools = [int(n) for n in args.pools.split(",") if n.strip()]
+        except ValueError:
+            parser.error(f"--pools: expected counts separated by commas, not {args.pools!r}")
+        if not pools or min(pools) < 0:
+            parser.error(f"--pools: expected counts of 0 or more, not {args.pools!r}")
+        if any(pools) and "cilium" in controllers:
+            parser.error(
+                "--pools: Cilium's controller reads no NodeAddressPool: use --controllers ours"
+            )
     if args.steady_seconds <= 0 or args.churn < 0 or args.cap <= 0:
         parser.error("--steady-seconds and --cap must be positive, --churn not negative")
     return Options(
         sizes=[int(n) for n in args.sizes.split(",") if n.strip()],
         unmanaged_fraction=args.unmanaged_fraction,
         conflicting=args.conflicting,
+        pools=pools,
         steady_seconds=args.steady_seconds,
         churn=args.churn,
         cap=args.cap,

@@ -12,6 +12,9 @@ The shape (``Scale`` picks the sizes; the defaults are issue 7's):
   ``externalTrafficPolicy: Local``, no selector and one EndpointSlice with three endpoints
   (one of them not ready) on scattered Nodes; the others select one pool
   (``node-pool=pool-7``) or, every 4th, two pools with ``in``. A third are dual-stack.
+- Namespaces ``bench-0``..``bench-19`` labelled ``tenant`` and ``env``
+  (:func:`bench.address_pools.namespace_labels`); NodeAddressPools only on request
+  (:func:`with_address_pools`).
 - Unmanaged Services ``bench-<n>/other-<k>``: ClusterIP, LoadBalancer of another class, and
   class-less LoadBalancer (not ours with ``default-lb-service-ipam=lbipam``).
 
@@ -21,15 +24,17 @@ calls the product's own :func:`app.core.nodeipam.select` (one implementation of 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.decision import Decider, Snapshot
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import is_managed
 from app.core.options import LOAD_BALANCER_CLASS, MATCH_NODE_LABELS_ANNOTATION, SelectionSettings
+from app.core.pools import Pool, PoolSet, pool_from_object
 from app.core.ports import PortIndex, with_port_status
 from app.core.views import (
     EXCLUDE_FROM_LB_LABEL,
@@ -37,6 +42,12 @@ from app.core.views import (
     endpoint_slice_view,
     node_view,
     service_view,
+)
+from bench.address_pools import (
+    chosen_pool,
+    make_address_pools,
+    namespace_labels,
+    pool_node_ips,
 )
 
 Obj = dict[str, Any]
@@ -301,16 +312,24 @@ def make_endpoint_slice(k: int, scale: Scale) -> Obj:
 
 @dataclass
 class Cluster:
-    """The generated objects, by kind."""
+    """The generated objects, by kind; ``address_pools``: NodeAddressPool objects
+    (:func:`bench.address_pools.make_address_pools`; not in :meth:`objects`, the CRD must
+    be served first)."""
 
     nodes: list[Obj]
     services: list[Obj]
     endpoint_slices: list[Obj]
+    address_pools: list[Obj] = field(default_factory=list)
 
     def objects(self) -> list[Obj]:
-        """Namespaces first, then every object (a seed for the fake API)."""
+        """Namespaces first (labelled: :func:`bench.address_pools.namespace_labels`), then
+        every Node, Service and EndpointSlice (a seed for the fake API)."""
         namespaces: list[Obj] = [
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"bench-{n}"}}
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": f"bench-{n}", "labels": namespace_labels(n)},
+            }
             for n in range(NAMESPACES)
         ]
         return namespaces + self.nodes + self.services + self.endpoint_slices
@@ -329,6 +348,18 @@ def make_cluster(scale: Scale) -> Cluster:
     )
 
 
+def with_address_pools(cluster: Cluster, count: int, scale: Scale) -> Cluster:
+    """``cluster`` with ``count`` NodeAddressPools
+    (:func:`bench.address_pools.make_address_pools`), sharing its Node, Service and
+    EndpointSlice lists (a change applied to one is applied to both).
+
+    Raises:
+        ValueError: ``count`` is negative.
+    """
+    pools = make_address_pools(count, node_pools=scale.pools, namespaces=NAMESPACES)
+    return dataclasses.replace(cluster, address_pools=pools)
+
+
 def service_key(obj: Mapping[str, Any]) -> str:
     """``namespace/name`` of a Service object (the work-queue key)."""
     meta = obj["metadata"]
@@ -339,35 +370,71 @@ def expected_ingress(
     cluster: Cluster, *, settings: SelectionSettings | None = None
 ) -> dict[str, list[dict[str, str]]]:
     """``namespace/name`` → the ingress list the controller must write, for every managed
-    Service: the product's decision path (:class:`app.core.decision.Decider`: ``select``,
-    then port ownership over every Service of the cluster, docs/design.md §4.9), as the
-    reconciler decides."""
+    Service: the product's decision path (:class:`app.core.decision.Decider`: the
+    NodeAddressPool of ``cluster.address_pools`` it uses, ``select``, then port ownership
+    over every Service of the cluster, docs/design.md §4.12, §4.9), as the reconciler
+    decides. With pools, each Service's pool is held to the bench's own reading of the
+    rule (:func:`bench.address_pools.chosen_pool`) and its addresses to that pool's Nodes.
+
+    Raises:
+        ValueError: the product's pool or addresses disagree with the bench's reading.
+    """
     settings = settings or SelectionSettings()
     nodes = NodeIndex([node_view(n) for n in cluster.nodes])
     slices: dict[str, list[EndpointSliceView]] = {}
     ports = PortIndex(lambda view: is_managed(view, settings)[0])
     for raw in cluster.endpoint_slices:
-        view = endpoint_slice_view(raw)
-        slices.setdefault(f"{view.namespace}/{view.service_name}", []).append(view)
-        ports.put_slice(f"{view.namespace}/{view.name}", None, view)
+        sliced = endpoint_slice_view(raw)
+        slices.setdefault(f"{sliced.namespace}/{sliced.service_name}", []).append(sliced)
+        ports.put_slice(f"{sliced.namespace}/{sliced.name}", None, sliced)
     views = {service_key(raw): service_view(raw) for raw in cluster.services}
     for key, view in views.items():
         ports.put_service(key, None, view)
+    labels = {f"bench-{n}": namespace_labels(n) for n in range(NAMESPACES)}
     decider = Decider(settings)
     snap = Snapshot(
         nodes=nodes,
         now=time.time(),
         ports=ports,
         endpoint_slices_of=lambda namespace, name: slices.get(f"{namespace}/{name}", ()),
+        pools=PoolSet(pool_from_object(p) for p in cluster.address_pools),
+        namespace_labels=labels.get,
     )
+    raws = {service_key(raw): raw for raw in cluster.services}
+    pool_ips = {
+        p["metadata"]["name"]: pool_node_ips(p, cluster.nodes) for p in cluster.address_pools
+    }
     result = {}
     for key, service in views.items():
         if not is_managed(service, settings)[0]:
             continue
         kept = decider.decide(service, snap).ingress or ()
+        if cluster.address_pools:
+            _check_pool(
+                key, decider.choice(service, snap).pool, kept, cluster, raws, labels, pool_ips
+            )
         # Each entry records the ports it is published for, as the controller writes it.
         result[key] = [dict(e) for e in with_port_status(kept, service)] if kept else []
     return result
+
+
+def _check_pool(
+    key: str,
+    pool: Pool | None,
+    kept: Iterable[Mapping[str, str]],
+    cluster: Cluster,
+    raws: Mapping[str, Obj],
+    labels: Mapping[str, Mapping[str, str]],
+    pool_ips: Mapping[str, frozenset[str]],
+) -> None:
+    raw = raws[key]
+    want = chosen_pool(cluster.address_pools, raw, labels.get(raw["metadata"]["namespace"], {}))
+    got = None if pool is None else pool.name
+    if got != want:
+        raise ValueError(f"Service {key}: the decision uses pool {got}, the rule gives {want}")
+    outside = {e["ip"] for e in kept} - pool_ips.get(want or "", frozenset())
+    if outside:
+        raise ValueError(f"Service {key}: {sorted(outside)} are not on Nodes of pool {want}")
 
 
 def changed_keys(

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.address_pools import COLLECTION, crd_object
 from bench.cluster import (
     Cluster,
     Scale,
@@ -16,6 +17,7 @@ from bench.cluster import (
     make_cluster,
     node_name,
     service_key,
+    with_address_pools,
 )
 from bench.peer_controllers import (
     AdmissionWindow,
@@ -116,11 +118,19 @@ class ControllerRun:
     controller: str
     managed: int
     with_ingress: int
+    pools: int | None = None
+    """NodeAddressPools present (``--pools``; ``None``: the CRD was not installed)."""
     phases: dict[str, Phase] = field(default_factory=dict)
     churn: list[ChangeResult] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The controller's name, with its pools when ``--pools`` was given
+        (``ours/20 pools``): the report's column head."""
+        return self.controller if self.pools is None else f"{self.controller}/{self.pools} pools"
 
     def churn_seconds(self, kind: str | None = None) -> list[float]:
         """Convergence times of the churn changes of ``kind`` (every kind: ``None``)."""
@@ -143,6 +153,9 @@ class Options:
     sizes: list[int] = field(default_factory=lambda: [1000, 5000])
     unmanaged_fraction: float = 0.1
     conflicting: int = 0
+    pools: list[int] | None = None
+    """``--pools``: NodeAddressPools per run of each controller, in order, on the same
+    seeded API server (``[0, 20, 0, 20]``: four runs); ``None``: no CRD, one run."""
     steady_seconds: float = 300.0
     churn: int = 20
     cap: float = 900.0
@@ -365,12 +378,16 @@ def churn(ctx: Context, ctl: Controller, watch: StatusWatch, run: ControllerRun)
     return phase
 
 
-def run_controller(ctx: Context, name: str) -> ControllerRun:
+def run_controller(ctx: Context, name: str, pools: int | None = None) -> ControllerRun:
     """Every phase of controller ``name`` (``cilium`` or ``ours``) on blank statuses of
-    ``ctx``'s API server, in order; a phase that does not converge skips the rest."""
+    ``ctx``'s API server, in order; a phase that does not converge skips the rest.
+    ``pools``: how many NodeAddressPools ``ctx.cluster`` holds (already created on the
+    server; ``None``: no CRD), for the report."""
     api, cluster = ctx.api, ctx.cluster
     expected = expected_ingress(cluster)
-    run = ControllerRun(name, len(expected), sum(1 for ingress in expected.values() if ingress))
+    run = ControllerRun(
+        name, len(expected), sum(1 for ingress in expected.values() if ingress), pools
+    )
     cilium_set = {service_key(s) for s in cluster.services if cilium_manages(s, CILIUM_MODE)}
     if cilium_set != set(expected):
         run.failures.append(
@@ -457,6 +474,19 @@ class SizeResult:
         return next((r for r in self.runs if r.controller == controller), None)
 
 
+def _with_pools(
+    api: RealApi, cluster: Cluster, scale: Scale, count: int | None, log: Callable[[str], None]
+) -> Cluster:
+    """``cluster`` with ``count`` NodeAddressPools, made the server's only pools
+    (``None``: ``cluster`` as it is, no CRD)."""
+    if count is None:
+        return cluster
+    variant = with_address_pools(cluster, count, scale)
+    api.replace_all(COLLECTION, variant.address_pools)
+    log(f"  {count} NodeAddressPools on the server")
+    return variant
+
+
 def run_size(
     nodes: int, options: Options, workdir: Path, log: Callable[[str], None] = say
 ) -> SizeResult:
@@ -484,12 +514,17 @@ def run_size(
         log(line)
     try:
         families = {service_key(s): list(s["spec"].get("ipFamilies", [])) for s in cluster.services}
+        if options.pools is not None:
+            took = api.install_crd(crd_object())
+            log(f"  NodeAddressPool CRD Established and served in {took:.1f} s")
         runs = []
         for name in options.controllers:
-            where = workdir / str(nodes) / name
-            where.mkdir(parents=True, exist_ok=True)
-            ctx = Context(api, cluster, scale, options, where, families, log)
-            runs.append(run_controller(ctx, name))
+            for i, count in enumerate(options.pools or [None]):
+                where = workdir / str(nodes) / (name if count is None else f"{name}-{i}")
+                where.mkdir(parents=True, exist_ok=True)
+                variant = _with_pools(api, cluster, scale, count, log)
+                ctx = Context(api, variant, scale, options, where, families, log)
+                runs.append(run_controller(ctx, name, count))
     finally:
         api.stop()
     return SizeResult(scale, "\n".join(lines), runs)

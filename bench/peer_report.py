@@ -93,7 +93,7 @@ def size_table(result: SizeResult) -> str:
             [UNSET if p is None or p.verification is None else p.verification.right for p in last],
         )
     )
-    heads = [run.controller for run in runs]
+    heads = [run.label for run in runs]
     return columns(f"{result.scale.nodes} Nodes", heads, rows)
 
 
@@ -207,7 +207,7 @@ def summary_line(result: SizeResult, run: ControllerRun) -> str:
     if run.skipped:
         parts.append(f"skipped: {', '.join(run.skipped)}")
     parts.append(f"failures {len(run.failures)}")
-    return f"summary {result.scale.nodes} Nodes {run.controller}: " + "; ".join(parts)
+    return f"summary {result.scale.nodes} Nodes {run.label}: " + "; ".join(parts)
 
 
 def _fmt(value: float | None) -> str:

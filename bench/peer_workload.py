@@ -246,12 +246,13 @@ def node_candidates(
 
 def recompute(cluster: Cluster, keys: Iterable[str]) -> dict[str, list[Entry]]:
     """:func:`bench.cluster.expected_ingress` of the Services ``keys`` only (with every
-    Node and their EndpointSlices)."""
+    Node, their EndpointSlices and every NodeAddressPool)."""
     wanted = set(keys)
     part = Cluster(
         nodes=cluster.nodes,
         services=[s for s in cluster.services if service_key(s) in wanted],
         endpoint_slices=[s for s in cluster.endpoint_slices if slice_service_key(s) in wanted],
+        address_pools=cluster.address_pools,
     )
     return expected_ingress(part)
 

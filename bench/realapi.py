@@ -45,6 +45,7 @@ from bench.cluster import service_key
 from bench.procs import HttpApi, cpu_seconds, memory_mb, stop_stream, stream_socket
 from tests.controlplane.metrics import request_counts
 from tests.controlplane.plane import DUAL_STACK_SERVICE_CLUSTER_IP_RANGE, ControlPlane
+from tests.support.waiting import wait_for
 
 Obj = dict[str, Any]
 SERVICE_CIDRS = DUAL_STACK_SERVICE_CLUSTER_IP_RANGE  # ControlPlane(dual_stack=True)
@@ -83,6 +84,8 @@ def collection_path(obj: Mapping[str, Any]) -> str:
         "Node": "nodes",
         "Service": "services",
         "EndpointSlice": "endpointslices",
+        "CustomResourceDefinition": "customresourcedefinitions",
+        "NodeAddressPool": "nodeaddresspools",
     }.get(kind)
     if plural is None:
         raise ValueError(f"kind {kind!r}: not part of the synthetic cluster")
@@ -176,6 +179,44 @@ class RealApi(HttpApi):
                 for future in [pool.submit(self.create, obj) for obj in batch]:
                     future.result()
         return len(objects)
+
+    def install_crd(self, crd: Mapping[str, Any], *, timeout: float = 60.0) -> float:
+        """Create the CustomResourceDefinition ``crd`` and wait until its ``Established``
+        condition is ``True`` and a List of its resource answers 200 (what a controller
+        started next needs: its informer's first List); returns the seconds it took.
+
+        Raises:
+            RuntimeError: the create failed. TimeoutError: not served within ``timeout``.
+        """
+        started = time.perf_counter()
+        self.create(crd)
+        name, spec = crd["metadata"]["name"], crd["spec"]
+        served = next(v["name"] for v in spec["versions"] if v.get("served"))
+        collection = f"/apis/{spec['group']}/{served}/{spec['names']['plural']}"
+
+        def ready() -> bool:
+            found = self.http.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            conditions = (found.json().get("status") or {}).get("conditions") or []
+            established = any(
+                c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+            )
+            return established and self.http.get(collection).status_code == 200
+
+        wait_for(f"CustomResourceDefinition {name} Established and served", ready, timeout=timeout)
+        return time.perf_counter() - started
+
+    def replace_all(self, collection: str, objects: list[Obj]) -> None:
+        """Make ``objects`` the only objects of the cluster-scoped ``collection``: a
+        ``deletecollection``, a List until it is empty, then a create of each.
+
+        Raises:
+            httpx.HTTPStatusError: the delete failed. RuntimeError: a create failed.
+            TimeoutError: the collection was not empty within 60 s.
+        """
+        self.http.delete(collection).raise_for_status()
+        wait_for(f"{collection} empty", lambda: not self.list_all(collection)[0], timeout=60.0)
+        for obj in objects:
+            self.create(obj)
 
     def stop(self) -> None:
         """Close the client, stop kube-apiserver and etcd, remove their data."""
