@@ -4,9 +4,10 @@ The reconciler's guarantees are docs/design.md §5.
 
 For ``namespace/name``: read the :class:`~app.core.views.ServiceView` from the cache (gone:
 done); not managed (§3): never write; otherwise compute the :class:`~app.core.nodeipam.Selection`
-from the cached Nodes and EndpointSlices and, only when :func:`app.core.status.ingress_differs`,
-PATCH ``services/{name}/status`` with a JSON merge patch holding nothing but
-``status.loadBalancer.ingress``.
+from the cached Nodes and EndpointSlices and, only when :func:`app.core.status.ingress_differs`
+or our condition (:mod:`app.core.conditions`) differs from the stored one, PATCH
+``services/{name}/status`` with a strategic merge patch holding nothing but
+``status.loadBalancer.ingress`` and our ``status.conditions`` item.
 
 **Stale cache and the missing resourceVersion precondition (a deliberate choice).** The
 merge patch carries no ``metadata.resourceVersion``. The ingress we write is a function of
@@ -46,12 +47,28 @@ from app.controller.events import (
     EventRecorder,
     ServiceEvent,
 )
-from app.core.codes import EXTERNAL_IP_PREFERRED, NO_READY_ENDPOINT, PORT_IN_USE, UNHEALTHY
+from app.core.codes import (
+    EXTERNAL_IP_PREFERRED,
+    NO_POOL,
+    NO_READY_ENDPOINT,
+    NOT_IN_POOL,
+    PORT_IN_USE,
+    PORT_NOT_IN_POOL,
+    UNHEALTHY,
+)
+from app.core.conditions import (
+    ALL_NODES_UNHEALTHY,
+    DELETE,
+    ServingMessages,
+    invalid_selector,
+    serving,
+)
 from app.core.decision import (
     SELECTION_FIELDS,
     Decider,
     Outcome,
     Snapshot,
+    name_list,
 )
 from app.core.hazards import Hazard
 from app.core.nodehealth import NO_HEALTH, HealthView
@@ -60,7 +77,7 @@ from app.core.options import SelectionSettings
 from app.core.ports import port_key, stale_ingress
 from app.core.status import PortRecord, status_differs, with_ports
 from app.core.text import elide, elide_bytes
-from app.core.views import ServiceView
+from app.core.views import ServiceView, StoredCondition
 from app.kube.client import ApiError, KubeAPI
 from app.telemetry import metrics
 from app.telemetry.logs import log_event
@@ -69,13 +86,22 @@ LOG = logging.getLogger("node_ipam_lb.reconciler")
 
 
 def status_patch(
-    ingress: Sequence[Mapping[str, Any]], ports: PortRecord | None = None
+    ingress: Sequence[Mapping[str, Any]] | None,
+    ports: PortRecord | None = None,
+    condition: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The merge patch body that sets ``status.loadBalancer.ingress`` and nothing else,
-    each entry recording ``ports`` (docs/design.md §4.9; built for the body only: the
-    Outcome's entries stay shared by every Service with that Outcome)."""
-    entries = list(with_ports(ingress, ports)) if ports else list(ingress)
-    return {"status": {"loadBalancer": {"ingress": entries}}}
+    """The strategic merge patch body that sets ``status.loadBalancer.ingress`` (``None``:
+    left as it is), each entry recording ``ports`` (docs/design.md §4.9; built for the
+    body only: the Outcome's entries stay shared by every Service with that Outcome), and
+    ``condition``, our ``status.conditions`` item (:meth:`~app.core.conditions.Serving.written` or
+    :data:`~app.core.conditions.DELETE`), merged by ``type`` beside other controllers'."""
+    status: dict[str, Any] = {}
+    if ingress is not None:
+        entries = list(with_ports(ingress, ports)) if ports else list(ingress)
+        status["loadBalancer"] = {"ingress": entries}
+    if condition is not None:
+        status["conditions"] = [dict(condition)]
+    return {"status": status}
 
 
 SELECTOR_SHOWN = 200
@@ -150,6 +176,7 @@ class _Written:
     ingress: tuple[dict[str, Any], ...]
     ports: PortRecord = ()
     answered: str | None = None
+    condition: StoredCondition | None = None
 
     @classmethod
     def after(
@@ -159,6 +186,7 @@ class _Written:
         over: str | None,
         ingress: tuple[dict[str, Any], ...],
         ports: PortRecord = (),
+        condition: StoredCondition | None = None,
     ) -> _Written:
         """The record of a write over version ``over`` following ``previous``: the chain
         goes on when ``over`` is still older than ``previous`` (its echo not seen)."""
@@ -166,7 +194,14 @@ class _Written:
         if previous is not None and over in previous.older:
             chain = (*previous.older, previous.answered)
             older = (*(v for v in chain if v is not None and v != over), over)
-        return cls(older=older[-OLDER_VERSIONS_KEPT:], ingress=ingress, ports=ports)
+        return cls(
+            older=older[-OLDER_VERSIONS_KEPT:], ingress=ingress, ports=ports, condition=condition
+        )
+
+
+POOL_CODES = frozenset({NO_POOL, PORT_NOT_IN_POOL, NOT_IN_POOL})
+"""Outcome codes of the NodeAddressPools (docs/design.md §4.13): each is the reason of the
+Warning a refused Service gets."""
 
 
 class Reconciler:
@@ -203,6 +238,7 @@ class Reconciler:
         self._lock = threading.Lock()
         self._written: dict[str, _Written] = {}
         self._errors: dict[str, str] = {}
+        self._messages = ServingMessages()
         self.decider = decider if decider is not None else Decider(settings, memo_local=False)
         """The decision path (:class:`~app.core.decision.Decider`; the server shares one
         with the webhook and preview)."""
@@ -217,8 +253,10 @@ class Reconciler:
             return False
         with self._lock:
             written = self._written.get(service_key(new.namespace, new.name))
-        if written is None or status_differs(
-            written.ingress, written.ports, new.ingress, new.ingress_ports
+        if (
+            written is None
+            or status_differs(written.ingress, written.ports, new.ingress, new.ingress_ports)
+            or written.condition != new.serving
         ):
             return False
         # Only right after a version known to be older than that write: when a version
@@ -227,6 +265,8 @@ class Reconciler:
         # this Service is reconciled again.
         if old.resource_version not in written.older:
             return False
+        if old.generation != new.generation:
+            return False  # a spec change: our condition's observedGeneration is behind
         return all(getattr(old, name) == getattr(new, name) for name in SELECTION_FIELDS)
 
     def reconcile(self, key: str) -> float | None:
@@ -241,7 +281,12 @@ class Reconciler:
         if service is None or not is_managed(service, self._settings)[0]:
             if service is not None:
                 ours = has_our_class(service, self._settings)
-                self._withdraw(key, service, stale_ingress(service, ours=ours))
+                why = stale_ingress(service, ours=ours)
+                # Ours no more (another class, another type): our condition goes. Ours and
+                # being deleted: it goes with the ingress, else it stays true as it is.
+                released = not (ours and service.type == "LoadBalancer")
+                gone = why is not None or (released and service.serving is not None)
+                self._withdraw(key, service, why, DELETE if gone else None)
             self._forget(key, namespace, name)
             return None
         now = self._wall()
@@ -252,11 +297,20 @@ class Reconciler:
             endpoint_slices_of=self._cache.endpoint_slices,
             unhealthy=self._health().unhealthy,
             port_version=self._cache.port_version(),
+            pools=self._cache.pools(),
+            namespace_labels=self._cache.namespace_labels,
         )
         outcome = self.decider.decide(service, snap)
         if outcome.error is not None or outcome.ingress is None:
             self._invalid_selector(key, namespace, name, outcome, service)
-            self._withdraw(key, service, stale_ingress(service, ours=True))
+            why = stale_ingress(service, ours=True) or self._outside_pool(service, snap)
+            kept = 0 if why is not None else len(service.ingress or ())
+            condition = invalid_selector(
+                outcome.error or outcome.reason, kept=kept, generation=service.generation
+            )
+            changed = why is not None or condition.differs(service.serving)
+            entry, _ = condition.written(service.serving, now)
+            self._withdraw(key, service, why, entry if changed else None)
             return None
         desired = outcome.ingress
         assert desired is not None
@@ -265,13 +319,25 @@ class Reconciler:
         with self._lock:
             self._errors.pop(key, None)
         wrote = False
-        stored, stored_ports = self._stored(key, service)
-        if status_differs(desired, ports, stored, stored_ports):
-            wrote = self._write(
-                key, namespace, name, service.resource_version, outcome, ports=ports
-            )
-            if not wrote:
+        stored, stored_ports, stored_condition = self._stored(key, service)
+        message = self._messages.message(desired, snap.nodes) if desired else ""
+        condition = serving(outcome, message, generation=service.generation)
+        ingress_changed = status_differs(desired, ports, stored, stored_ports)
+        if ingress_changed or condition.differs(stored_condition):
+            if not self._write(
+                key,
+                namespace,
+                name,
+                service.resource_version,
+                outcome,
+                ports=ports,
+                condition=condition.written(stored_condition, now),
+                with_ingress=ingress_changed,
+            ):
                 return None
+            # Events accompany a change of the ingress only: a condition written alone
+            # (our first term after an upgrade, a new generation) says nothing new.
+            wrote = ingress_changed
         waiting = self._waiting_until(service, outcome, published=bool(stored), now=now)
         self._report(
             namespace,
@@ -283,8 +349,6 @@ class Reconciler:
             load_balancer_class=service.load_balancer_class,
         )
         self.states.record(
-            pools=self._cache.pools(),
-            namespace_labels=self._cache.namespace_labels,
             key,
             metrics.ASSIGNED if outcome.ingress else metrics.PENDING,
             (UNHEALTHY if outcome.all_unhealthy_note else "") if outcome.ingress else outcome.code,
@@ -320,20 +384,20 @@ class Reconciler:
 
     def _stored(
         self, key: str, service: ServiceView
-    ) -> tuple[tuple[Mapping[str, Any], ...] | None, PortRecord | None]:
+    ) -> tuple[tuple[Mapping[str, Any], ...] | None, PortRecord | None, StoredCondition | None]:
         """The ingress the API server holds as far as we know: what we last wrote while the
         cache still shows a version older than that write (the version we wrote over, or
         the echo of one of our earlier writes: :class:`_Written`), else the cached value.
         Comparing with the cache alone would lose an update when a later change wants the
         old value back before the echo arrives, and would write again when the echo of
         an earlier write of ours arrives after a later write (a watch that reconnects
-        after an API server restart delivers them late). Returns the entries and the ports
-        they share (:attr:`~app.core.views.ServiceView.ingress_ports`)."""
+        after an API server restart delivers them late). Returns the entries, the ports
+        they share (:attr:`~app.core.views.ServiceView.ingress_ports`) and our condition."""
         with self._lock:
             written = self._written.get(key)
         if written is not None and service.resource_version in written.older:
-            return written.ingress, written.ports
-        return service.ingress, service.ingress_ports
+            return written.ingress, written.ports, written.condition
+        return service.ingress, service.ingress_ports, service.serving
 
     def _write(
         self,
@@ -344,18 +408,29 @@ class Reconciler:
         selection: Outcome,
         *,
         ports: PortRecord = (),
+        condition: tuple[dict[str, Any], StoredCondition] | None = None,
+        with_ingress: bool = True,
     ) -> bool:
+        """PATCH the ingress of ``selection`` recording ``ports`` (unless ``with_ingress``
+        is false: it is stored already) and, with ``condition`` (our ``status.conditions``
+        item and what it reads back as, :meth:`~app.core.conditions.Serving.written`), our
+        condition. False: not written (no longer the leader, or the Service is gone)."""
         assert selection.ingress is not None
         if not self._is_leader():
             return False  # lost the Lease since the key was taken: no write, ever
+        entry, stored = condition if condition is not None else (None, None)
         # Recorded before the request: the watch echo can be handled before the response.
         with self._lock:
             previous = self._written.get(key)
-            record = _Written.after(previous, over=version, ingress=selection.ingress, ports=ports)
+            record = _Written.after(
+                previous, over=version, ingress=selection.ingress, ports=ports, condition=stored
+            )
             self._written[key] = record
         try:
             answered = self._api.patch_service_status(
-                namespace=namespace, name=name, patch=status_patch(selection.ingress, ports)
+                namespace=namespace,
+                name=name,
+                patch=status_patch(selection.ingress if with_ingress else None, ports, entry),
             )
         except ApiError as err:
             with self._lock:
@@ -387,6 +462,7 @@ class Reconciler:
             service=key,
             ingress=[entry["ip"] for entry in selection.ingress],
             reason=selection.reason,
+            condition=None if entry is None else f"{entry['status']}/{entry['reason']}",
         )
         return True
 
@@ -412,7 +488,9 @@ class Reconciler:
         if outcome.ingress:
             ips = ", ".join(entry["ip"] for entry in outcome.ingress)
             event = ServiceEvent(NORMAL, "IPsAssigned", "UpdateStatus", f"Assigned IPs: {ips}")
-        elif outcome.port_note is not None:  # every address lost to port ownership (§4.9)
+        elif outcome.port_note is not None or outcome.code in POOL_CODES:
+            # Every address lost to port ownership (§4.9), or refused by the
+            # NodeAddressPools (§4.13): the Warning's reason is that code.
             note = outcome.empty_note or outcome.reason
             event = ServiceEvent(WARNING, outcome.code, "SelectNodes", note)
         elif waiting is not None:
@@ -453,7 +531,7 @@ class Reconciler:
             name,
             slot=HEALTH_SLOT,
             event=(
-                _warning("AllNodesUnhealthy", outcome.all_unhealthy_note)
+                _warning(ALL_NODES_UNHEALTHY, outcome.all_unhealthy_note)
                 if outcome.all_unhealthy_note
                 else _normal("NodesUnhealthy", outcome.unhealthy_note)
             ),
@@ -525,16 +603,43 @@ class Reconciler:
             uid=service.uid,
         )
 
-    def _withdraw(self, key: str, service: ServiceView, why: str | None) -> None:
+    def _outside_pool(self, service: ServiceView, snap: Snapshot) -> str | None:
+        """Why the stored ingress of a Service whose selector does not parse goes under
+        NodeAddressPools (docs/design.md §4.13): some of it is on nodes outside its pool."""
+        outside = self.decider.outside_pool(service, snap)
+        if not outside:
+            return None
+        pool = self.decider.choice(service, snap).pool
+        return (
+            f"{name_list(sorted(outside))} are on nodes outside NodeAddressPool"
+            f" {pool.name if pool else ''}, and its node selector does not parse"
+        )
+
+    def _withdraw(
+        self,
+        key: str,
+        service: ServiceView,
+        why: str | None,
+        condition: Mapping[str, Any] | None = None,
+    ) -> None:
         """Clear the stored ingress of a Service that is not decided (not managed, or a
         selector that does not parse) when ``why`` says it must go (:func:`
         app.core.ports.stale_ingress`, docs/design.md §3, §4.9): one status write, a log
-        line and a Warning Event ``StaleIngressWithdrawn``. Errors propagate as a
-        write's do (the worker retries with backoff)."""
-        if why is None or not self._is_leader():
+        line and a Warning Event ``StaleIngressWithdrawn``. ``condition``: our
+        ``status.conditions`` item to write in that write (or alone, without ``why``):
+        :data:`~app.core.conditions.DELETE` for a Service that is ours no more, the
+        ``InvalidNodeSelector`` condition for one whose selector does not parse. Errors
+        propagate as a write's do (the worker retries with backoff)."""
+        if (why is None and condition is None) or not self._is_leader():
             return
         namespace, name = service.namespace, service.name
-        self._api.patch_service_status(namespace=namespace, name=name, patch=status_patch(()))
+        ingress = () if why is not None else None
+        patch = status_patch(ingress, condition=condition)
+        self._api.patch_service_status(namespace=namespace, name=name, patch=patch)
+        if why is None:
+            reason = (condition or {}).get("reason", "removed")
+            log_event(LOG, "NodesServing condition written", service=key, reason=reason)
+            return
         log_event(LOG, "stale ingress withdrawn", level=logging.WARNING, service=key, why=why)
         self._recorder.emit(
             namespace=namespace,

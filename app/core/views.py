@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import sys
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.core.codes import AUTOSCALER_TAINTED, DELETING, EXCLUDED_BY_LABEL
 
@@ -28,6 +29,10 @@ the default of setting ``match-node-labels-annotation``."""
 EXCLUDE_FROM_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 AUTOSCALER_TAINT = "ToBeDeletedByClusterAutoscaler"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+NODES_SERVING = "node-ipam-lb.io/NodesServing"
+"""The ``type`` of our condition in a Service's ``status.conditions`` (docs/design.md §5):
+which nodes serve it. A qualified name of our own domain, as metav1.Condition asks of
+types other controllers may not own."""
 ADDRESS_TYPES = ("ExternalIP", "InternalIP")
 IPV4 = "IPv4"
 IPV6 = "IPv6"
@@ -184,6 +189,18 @@ class NodeView:
         object.__setattr__(self, "internal_families", _mask(internal))
 
 
+class StoredCondition(NamedTuple):
+    """Our ``NODES_SERVING`` condition as a Service stores it (metav1.Condition's fields;
+    a field that is absent or not of its JSON type is ``None``, so it never reads back
+    equal to what we write and is written again)."""
+
+    status: str | None
+    reason: str | None
+    message: str | None
+    observed_generation: int | None
+    last_transition_time: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceView:
     """What selection reads from a Service (docs/design.md §3-§4)."""
@@ -202,6 +219,13 @@ class ServiceView:
     # metadata.uid, for the ``regarding`` of our Events only (kubectl describe selects
     # Events by it); selection never reads it, so it is left out of equality and hashing.
     uid: str = field(default="", compare=False)
+    # metadata.generation (None: not set, a manifest not applied): the observedGeneration
+    # of our condition; and that condition as stored (status.conditions, type
+    # NODES_SERVING; None: absent). Status only: no decision reads them, so they are left
+    # out of equality (and of decision.SELECTION_FIELDS); every change of the object
+    # changes resource_version, which is compared; the reconciler compares them itself.
+    generation: int | None = field(default=None, compare=False)
+    serving: StoredCondition | None = field(default=None, compare=False)
     # Port ownership (docs/design.md §4.9, app.core.ports); select() never reads these.
     # ``ports``: (protocol, port) of spec.ports (protocol defaulted to TCP);
     # ``node_ports``: (protocol, nodePort) of spec.ports; ``health_check_node_port``:
@@ -447,6 +471,8 @@ def service_view(
         resource_version=str(version) if version is not None else None,
         ip_family_policy=_opt_str(spec.get("ipFamilyPolicy"), "spec.ipFamilyPolicy"),
         uid=str(meta.get("uid") or ""),
+        generation=_generation(meta.get("generation")),
+        serving=_serving(_list(status.get("conditions"), "status.conditions")),
         ports=ports,
         node_ports=node_ports,
         health_check_node_port=_port_number(
@@ -456,6 +482,34 @@ def service_view(
         created=_epoch(meta.get("creationTimestamp")),
         labels=tuple(sorted(_string_map(meta.get("labels"), "metadata.labels").items())),
     )
+
+
+def _generation(value: Any) -> int | None:
+    """``metadata.generation`` as an int (``None``: absent, or not an integer)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _serving(conditions: list[Any]) -> StoredCondition | None:
+    """The stored :data:`NODES_SERVING` condition among ``status.conditions`` (the first
+    with that ``type``; the API keeps the list a map keyed by ``type``), or ``None``."""
+    for cond in conditions:
+        if isinstance(cond, Mapping) and cond.get("type") == NODES_SERVING:
+            message = _text(cond, "message")
+            return StoredCondition(
+                status=_text(cond, "status"),
+                reason=_text(cond, "reason"),
+                # Services that share an outcome share its message (one string, not one
+                # per Service: up to 4 KiB each, docs/design.md §5).
+                message=None if message is None else sys.intern(message),
+                observed_generation=_generation(cond.get("observedGeneration")),
+                last_transition_time=_text(cond, "lastTransitionTime"),
+            )
+    return None
+
+
+def _text(obj: Mapping[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    return value if isinstance(value, str) else None
 
 
 def _port_number(value: Any, where: str) -> int | None:

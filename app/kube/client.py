@@ -76,7 +76,6 @@ MAX_LIST_ITEMS = 1_000_000
 """Most objects one :meth:`KubernetesAPI.list_items` call reads, kept or not (Kubernetes'
 tested limits are 5,000 Nodes and 150,000 Pods per cluster)."""
 
-MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 AUTH_REFRESH_SECONDS = 10.0
 """How long a derived ``authorization`` header is reused (tokens rotate in minutes)."""
@@ -146,9 +145,12 @@ class KubeAPI(Protocol):
     def patch_service_status(
         self, *, namespace: str, name: str, patch: dict[str, Any]
     ) -> str | None:
-        """JSON merge patch ``services/{name}/status``; returns the written Service's
+        """Strategic merge patch ``services/{name}/status``; returns the written Service's
         ``metadata.resourceVersion`` (``None`` when the answer carries none). The Service
-        itself comes by the watch."""
+        itself comes by the watch. Strategic, not JSON merge (RFC 7386): ``ingress`` is an
+        atomic list and replaced either way, but ``status.conditions`` is merged by
+        ``type`` (core/v1 ``patchMergeKey``), so other controllers' conditions stay and
+        ``{"$patch": "delete", "type": ...}`` removes ours alone (docs/design.md §5)."""
         ...
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
@@ -371,7 +373,9 @@ class KubernetesAPI:
     ) -> str | None:
         """See :meth:`KubeAPI.patch_service_status`."""
         path = f"/api/v1/namespaces/{namespace}/services/{name}/status"
-        return resource_version_in(self._send("PATCH", path, body=patch, content_type=MERGE_PATCH))
+        return resource_version_in(
+            self._send("PATCH", path, body=patch, content_type=STRATEGIC_MERGE_PATCH)
+        )
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
         """See :meth:`KubeAPI.create_event`."""

@@ -24,12 +24,31 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from app.core.views import NODES_SERVING
 from app.kube.client import ApiError, Kind
 from tests.fakeapi.errors import ApiError as FakeApiError
+from tests.fakeapi.patch import kind_schema, strategic_merge_patch
 from tests.fakeapi.resources import RESOURCES
 from tests.fakeapi.selectors import parse_field_selector
 
-NAMESPACED = {"services": True, "endpointslices": True, "nodes": False, "pods": True}
+SERVICE_SCHEMA = kind_schema("v1", "Service")
+
+
+def nodes_serving(service: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ``node-ipam-lb.io/NodesServing`` item of a Service's ``status.conditions``
+    (``None``: no Service, or no such item)."""
+    conditions = ((service or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == NODES_SERVING), None)
+
+
+NAMESPACED = {
+    "services": True,
+    "endpointslices": True,
+    "nodes": False,
+    "pods": True,
+    "namespaces": False,
+    "nodeaddresspools": False,
+}
 
 Matcher = Callable[[dict[str, Any] | None], bool]
 
@@ -200,6 +219,10 @@ class MemoryAPI:
         entries = svc.get("status", {}).get("loadBalancer", {}).get("ingress")
         return None if entries is None else [e["ip"] for e in entries]
 
+    def serving(self, key: str) -> dict[str, Any] | None:
+        """Our ``NodesServing`` condition of Service ``key`` as stored, or ``None``."""
+        return nodes_serving(self.get("services", key))
+
     # --- KubeAPI -------------------------------------------------------------------
     def list_page(
         self,
@@ -245,9 +268,10 @@ class MemoryAPI:
             if key not in self.objects["services"]:
                 raise ApiError(404, f'services "{name}" not found')
             obj = copy.deepcopy(self.objects["services"][key])
-            obj.setdefault("status", {}).setdefault("loadBalancer", {})["ingress"] = copy.deepcopy(
-                patch["status"]["loadBalancer"]["ingress"]
-            )
+            # A strategic merge patch of the status alone, as kube-apiserver applies it to
+            # the status subresource: ingress replaced, conditions merged by type.
+            merged = strategic_merge_patch(obj, {"status": patch["status"]}, SERVICE_SCHEMA)
+            obj["status"] = merged.get("status") or {}
             return str(self._store("services", key, obj, "MODIFIED")["metadata"]["resourceVersion"])
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:

@@ -305,6 +305,14 @@ class World:
         return [e["reason"] for e in self.api.events]
 
 
+def two_workers() -> World:
+    """A :class:`World` with Nodes worker-1 (10.0.0.1) and worker-2 (10.0.0.2)."""
+    world = World()
+    world.apply("nodes", node("worker-1", internal=["10.0.0.1"]))
+    world.apply("nodes", node("worker-2", internal=["10.0.0.2"]))
+    return world
+
+
 def kube_proxy(mode: str) -> dict[str, Any]:
     """kubeadm's ConfigMap kube-system/kube-proxy with ``mode`` in its config.conf."""
     text = (

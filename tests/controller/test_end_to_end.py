@@ -15,6 +15,7 @@ import pytest
 
 from app.controller.controller import Controller
 from app.telemetry.metrics import CONTROLLER, REGISTRY
+from tests.controller.memory_api import nodes_serving
 from tests.controller.support import (
     CASE,
     EXCLUDE,
@@ -55,6 +56,11 @@ def settled(server: FakeApiServer, name: str, ips: list[str]) -> Callable[[], bo
     return check
 
 
+def serving(server: FakeApiServer, name: str) -> dict[str, Any] | None:
+    """The stored Service's ``node-ipam-lb.io/NodesServing`` condition, or ``None``."""
+    return nodes_serving(server.get("services", name, "default"))
+
+
 def reconciles() -> float:
     """Successful reconciles so far (process-wide counter)."""
     labels = {"controller": CONTROLLER, "result": "success"}
@@ -84,8 +90,12 @@ def test_kind_4node_gets_exactly_the_expected_ingress(
             wait_until(settled(fake_api, name, ips), what=f"{key} = {ips}")
     assert settled(fake_api, "other-class", ["203.0.113.10"])()
     assert status_patches(fake_api, name="other-class") == []
-    written = sum(1 for ips in expected.values() if ips)
-    assert fake_api.requests()[PATCH_STATUS] == written, "one write per Service with an address"
+    ours = [key.split("/")[1] for key, ips in expected.items() if ips is not None]
+    for name in ours:
+        wait_until(lambda n=name: serving(fake_api, n) is not None, what=f"{name} condition")
+    assert serving(fake_api, "other-class") is None
+    # One write per Service of ours: the ingress and the condition, or the condition alone.
+    assert fake_api.requests()[PATCH_STATUS] == len(ours)
 
 
 def test_operator_edits_converge(
@@ -374,7 +384,11 @@ def test_a_malformed_annotation_warns_once_and_leaves_the_status_alone(
     ]
     assert event["group"] == "events.k8s.io"
     assert settled(fake_api, "web", ["192.0.2.7"])()
-    assert status_patches(fake_api) == []
+    # One write, of the condition alone (the ingress stays as stored), not repeated.
+    assert len(status_patches(fake_api)) == 1
+    condition = serving(fake_api, "web")
+    assert condition is not None
+    assert (condition["status"], condition["reason"]) == ("True", "InvalidNodeSelector")
 
 
 def test_an_unchanged_warning_across_restarts_is_one_event_whose_series_counts_the_starts(

@@ -19,15 +19,13 @@ from tests.controller.support import (
     kind_4node,
     node,
     service,
+    two_workers,
 )
 
 
 @pytest.fixture
 def world() -> World:
-    w = World()
-    w.apply("nodes", node("worker-1", internal=["10.0.0.1"]))
-    w.apply("nodes", node("worker-2", internal=["10.0.0.2"]))
-    return w
+    return two_workers()
 
 
 def test_kind_4node_services_get_exactly_the_expected_ingress() -> None:
@@ -43,8 +41,16 @@ def test_kind_4node_services_get_exactly_the_expected_ingress() -> None:
             assert world.api.ingress(key) == before[key], f"{key} must stay untouched"
         else:
             assert (world.api.ingress(key) or []) == ips, key
-    # one write per Service that gets an address (the others stay without a status)
-    assert world.api.calls["patch services/status"] == sum(1 for ips in expected.values() if ips)
+    # one write per Service of ours: its ingress (when it gets an address) and its
+    # NodesServing condition; the others stay untouched
+    ours = [key for key, ips in expected.items() if ips is not None]
+    assert world.api.calls["patch services/status"] == len(ours)
+    for key, ips in expected.items():
+        condition = world.api.serving(key)
+        if ips is None:
+            assert condition is None, key
+        else:
+            assert condition is not None and condition["status"] == str(bool(ips)), key
 
 
 def test_a_second_reconcile_of_a_converged_service_writes_nothing(world: World) -> None:
@@ -62,7 +68,7 @@ def test_our_own_write_not_yet_seen_by_the_watch_is_not_repeated(world: World) -
     assert world.api.calls["patch services/status"] == 1
 
 
-def test_the_patch_carries_only_status_load_balancer_ingress(world: World) -> None:
+def test_the_patch_carries_only_the_ingress_and_our_condition(world: World) -> None:
     seen: list[dict[str, Any]] = []
     original = world.api.patch_service_status
 
@@ -83,7 +89,16 @@ def test_the_patch_carries_only_status_load_balancer_ingress(world: World) -> No
                         {"ip": "10.0.0.1", "ipMode": "VIP", "ports": ports},
                         {"ip": "10.0.0.2", "ipMode": "VIP", "ports": ports},
                     ]
-                }
+                },
+                "conditions": [
+                    {
+                        "type": "node-ipam-lb.io/NodesServing",
+                        "status": "True",
+                        "reason": "Assigned",
+                        "message": "2 address(es) published on 2 node(s): worker-1, worker-2",
+                        "lastTransitionTime": "2027-01-15T08:00:00Z",  # World.now, 1.8e9
+                    }
+                ],
             }
         }
     ]
@@ -110,17 +125,25 @@ def test_a_deleted_service_is_done(world: World) -> None:
     assert world.api.calls["patch services/status"] == 0
 
 
-def test_invalid_selector_writes_nothing_and_warns_once_per_distinct_error(world: World) -> None:
+def test_invalid_selector_keeps_the_ingress_and_says_so_once_per_distinct_error(
+    world: World,
+) -> None:
     world.apply("services", service("web", selector="a in (b", ingress=["10.9.9.9"]))
     world.reconcile("default/web")
     world.reconcile("default/web")
     assert world.api.ingress("default/web") == ["10.9.9.9"]
     assert world.reasons() == ["InvalidNodeSelector"]
     assert "match-node-labels" in world.api.events[0]["note"]
+    condition = world.api.serving("default/web")
+    assert condition is not None
+    assert (condition["status"], condition["reason"]) == ("True", "InvalidNodeSelector")
+    assert condition["message"].endswith("the 1 address(es) published before stay until it parses")
+    assert world.api.calls["patch services/status"] == 1, "the condition, once"
     world.apply("services", service("web", selector="=x", ingress=["10.9.9.9"]))
     world.reconcile("default/web")
     assert world.reasons() == ["InvalidNodeSelector", "InvalidNodeSelector"]
-    assert world.api.calls["patch services/status"] == 0
+    assert world.api.calls["patch services/status"] == 2, "the new error in the condition"
+    assert world.api.ingress("default/web") == ["10.9.9.9"]
 
 
 def test_no_eligible_nodes_names_the_exclusion_label(world: World) -> None:
@@ -128,7 +151,13 @@ def test_no_eligible_nodes_names_the_exclusion_label(world: World) -> None:
     world.apply("nodes", node("worker-2", internal=["10.0.0.2"], labels={EXCLUDE: "true"}))
     world.apply("services", service("web"))
     world.reconcile("default/web")
-    assert world.api.calls["patch services/status"] == 0, "no ingress stored: nothing to clear"
+    world.reconcile("default/web")
+    assert world.api.calls["patch services/status"] == 1, "the condition alone, once"
+    assert world.api.ingress("default/web") is None
+    condition = world.api.serving("default/web")
+    assert condition is not None
+    assert (condition["status"], condition["reason"]) == ("False", "Excluded")
+    assert "ExcludedByLabel: worker-1, worker-2" in condition["message"]
     [event] = world.api.events
     assert (event["type"], event["reason"]) == ("Warning", "NoEligibleNodes")
     assert "ExcludedByLabel: worker-1, worker-2" in event["note"]

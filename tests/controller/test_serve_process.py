@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.controller.memory_api import nodes_serving
 from tests.controller.support import CASE, kind_4node, node, wait_until
 from tests.fakeapi.server import FakeApiServer
 from tests.support.ports import free_port
@@ -95,6 +96,11 @@ def ingress(server: FakeApiServer, name: str) -> list[str]:
     return [e["ip"] for e in obj.get("status", {}).get("loadBalancer", {}).get("ingress") or []]
 
 
+def serving(server: FakeApiServer, name: str) -> dict[str, Any] | None:
+    """The stored Service's ``node-ipam-lb.io/NodesServing`` condition, or ``None``."""
+    return nodes_serving(server.get("services", name, "default"))
+
+
 @pytest.mark.slow
 def test_two_serve_replicas_elect_one_writer_and_hand_over_when_it_dies(
     fake_api: FakeApiServer, replicas: list[Replica], tmp_path: Path
@@ -108,8 +114,11 @@ def test_two_serve_replicas_elect_one_writer_and_hand_over_when_it_dies(
         name = key.split("/")[1]
         want = ["203.0.113.10"] if ips is None else ips
         wait_until(lambda n=name, w=want: ingress(fake_api, n) == w, what=f"{key} = {want}")
-    written = sum(1 for ips in expected.values() if ips)
-    assert fake_api.requests()["patch services/status"] == written, "exactly one replica wrote"
+    # One write per Service of ours (a pending one's is its NodesServing condition alone).
+    ours = [key.split("/")[1] for key, ips in expected.items() if ips is not None]
+    for name in ours:
+        wait_until(lambda n=name: serving(fake_api, n) is not None, what=f"{name} condition")
+    assert fake_api.requests()["patch services/status"] == len(ours), "exactly one replica wrote"
     metrics = replicas[0].get("/metrics")
     assert metrics is not None and "controller_runtime_reconcile_total" in metrics.text
 

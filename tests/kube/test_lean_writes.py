@@ -288,7 +288,7 @@ def test_the_request_on_the_wire(scripted: Callable[..., Scripted]) -> None:
     assert event_line == "POST /apis/events.k8s.io/v1/namespaces/ns/events HTTP/1.1"
     assert headers["host"] == server.url.removeprefix("http://")
     assert headers["authorization"] == "Bearer t"
-    assert headers["content-type"] == "application/merge-patch+json"
+    assert headers["content-type"] == "application/strategic-merge-patch+json"
     assert event_headers["content-type"] == "application/json"
     assert headers["accept"] == "application/json"
     assert headers["user-agent"].startswith("OpenAPI-Generator/")
