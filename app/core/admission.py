@@ -528,24 +528,31 @@ def _pool_verdict(decision: Decision, subject: Subject, snapshot: ClusterSnapsho
     ports (on UPDATE, a port already in ``oldObject`` only warns, KEP-4008 ratcheting); a
     Service no pool applies to is warned that it gets no address (as for
     ``allowed-namespaces``). The reconciler enforces both when the webhook is bypassed."""
-    choice = snapshot.pools.choose(subject.view, snapshot.namespace_labels or _no_namespace)
+    labels = snapshot.namespace_labels or _no_namespace
+    view = subject.view
+    choice = snapshot.pools.choose(view, labels)
     if not choice.refused:
         return decision
-    if choice.code != PORT_NOT_IN_POOL or choice.port is None:
-        warning = (
-            "the Service gets no node address: no NodeAddressPool applies to namespace"
-            f" {subject.view.namespace}"
+    if choice.code != PORT_NOT_IN_POOL:
+        return with_warnings(
+            decision, [_short(f"the Service gets no node address: {choice.summary}")]
         )
-        return with_warnings(decision, [_short(warning)])
-    index = next((i for i, protocol, port in subject.ports if (protocol, port) == choice.port), 0)
-    if choice.port in subject.ratcheted:
-        port, pool = f"{choice.port[1]}/{choice.port[0]}", choice.pool_name
-        warning = (
-            f"spec.ports[{index}].port {port} is outside NodeAddressPool {pool} (unchanged):"
-            " the Service gets no node address"
+    # Validation ratcheting (KEP-4008): the ports oldObject already had do not decide;
+    # the Service is denied when its new ports alone fit no pool.
+    fresh = tuple(key for key in view.ports if key not in subject.ratcheted)
+    judged = snapshot.pools.choose(dataclasses.replace(view, ports=fresh), labels)
+    if judged.code == PORT_NOT_IN_POOL and judged.port is not None:
+        index = next(
+            (i for i, protocol, port in subject.ports if (protocol, port) == judged.port), 0
         )
-        return with_warnings(decision, [_short(warning)])
-    return Decision(allowed=False, message=f"spec.ports[{index}].port: Forbidden: {choice.reason}")
+        return Decision(
+            allowed=False, message=f"spec.ports[{index}].port: Forbidden: {judged.reason}"
+        )
+    warning = (
+        f"ports outside NodeAddressPool {choice.pool_name} (unchanged): the Service gets no"
+        " node address"
+    )
+    return with_warnings(decision, [_short(warning)])
 
 
 def cluster_warnings(

@@ -527,8 +527,26 @@ class Decider:
         """
         outcome = self.outcome(service, snap, compute=compute)
         if outcome.ingress is None:
-            return stored_vip_ips(service)
+            outside = self.outside_pool(service, snap)
+            return tuple(ip for ip in stored_vip_ips(service) if ip not in outside)
         return outcome.candidates
+
+    def outside_pool(self, service: ServiceView, snap: Snapshot) -> frozenset[str]:
+        """The stored addresses (:func:`~app.core.ports.stored_vip_ips`) of ``service`` on
+        Nodes outside the NodeAddressPool it uses (docs/design.md §4.13; an address no Node
+        has counts as outside). A Service whose selector does not parse keeps its stored
+        ingress (§4.1), but under pools only inside its pool: these go, and claim no port.
+        No pools, or a pool of every node: empty. (A refused Service's ingress goes
+        anyway: :meth:`outcome` gives it none.)"""
+        choice = self.choice(service, snap)
+        pool = choice.pool
+        if pool is None or pool.node_selector is None:
+            return frozenset()
+        inside = snap.nodes.within(pool.node_selector)
+        names = {snap.nodes.nodes[i].name for i in inside}
+        return frozenset(
+            ip for ip in stored_vip_ips(service) if snap.nodes.node_of(ip) not in names
+        )
 
     def _claims_of(
         self, snap: Snapshot, *, compute: bool
@@ -577,7 +595,11 @@ class Decider:
             ):
                 return entry[5]
             outcome = self.outcome(other, snap, compute=compute)
-            theirs = stored_vip_ips(other) if outcome.ingress is None else outcome.candidates
+            theirs = (
+                self.candidates(other, snap, compute=compute)
+                if outcome.ingress is None
+                else outcome.candidates
+            )
             claimed = claims(other, theirs, ports=ports, node_of=node_of, policy=policy)
             until = math.inf if outcome.recheck_at is None else outcome.recheck_at
             with self._lock:

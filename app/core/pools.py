@@ -153,19 +153,28 @@ class Pool:
 
     def applies(self, service: ServiceView, namespace_labels: Mapping[str, str] | None) -> bool:
         """Whether ``spec.serviceAllocation`` lets ``service`` use this pool."""
+        return self.allows_namespace(service.namespace, namespace_labels) and (
+            self.allows_service(service)
+        )
+
+    def allows_namespace(self, namespace: str, labels: Mapping[str, str] | None) -> bool:
+        """Whether ``namespaces``/``namespaceSelectors`` allow ``namespace`` (whose labels
+        are ``labels``, ``None``: unknown); an invalid pool allows nothing."""
         if self.error is not None:
             return False
-        if self.namespaces or self.namespace_selectors:
-            listed = service.namespace in self.namespaces
-            if not listed and not any(
-                s is None or (namespace_labels is not None and s.matches(namespace_labels))
-                for s in self.namespace_selectors
-            ):
-                return False
-        if self.service_selectors:
-            labels = dict(service.labels)
-            return any(s is None or s.matches(labels) for s in self.service_selectors)
-        return True
+        if not (self.namespaces or self.namespace_selectors):
+            return True
+        return namespace in self.namespaces or any(
+            s is None or (labels is not None and s.matches(labels))
+            for s in self.namespace_selectors
+        )
+
+    def allows_service(self, service: ServiceView) -> bool:
+        """Whether ``serviceSelectors`` (none: every Service) match ``service``'s labels."""
+        if not self.service_selectors:
+            return True
+        labels = dict(service.labels)
+        return any(s is None or s.matches(labels) for s in self.service_selectors)
 
     def uncovered(self, ports: Iterable[tuple[str, int]]) -> tuple[str, int] | None:
         """The first ``(protocol, port)`` of ``ports`` that ``spec.ports`` does not grant,
@@ -233,6 +242,10 @@ def _pool(name: str, spec: object) -> Pool:
         None if raw_selector is None else label_selector(raw_selector, field="spec.nodeSelector")
     )
     ports: tuple[PortRange, ...] | None = None
+    if spec.get("ports") == []:
+        raise ValueError(
+            "spec.ports: Invalid value: must have at least 1 item (omit it to grant every port)"
+        )
     if spec.get("ports") is not None:
         ports = tuple(
             _port_range(p, f"spec.ports[{i}]") for i, p in enumerate(_items(spec, "ports"))
@@ -332,6 +345,8 @@ class Choice:
     """``PortNotInPool``: the ``(protocol, port)`` refused."""
     pool_name: str = ""
     """``PortNotInPool``: the pool named in ``reason`` (the first that applies)."""
+    summary: str = ""
+    """``NoPool``: ``reason`` in a few words, for a 120-character admission warning."""
 
     @property
     def refused(self) -> bool:
@@ -382,45 +397,79 @@ class PoolSet:
         Never raises on content."""
         if not self.pools:
             return NO_POOLS
-        labels = namespace_labels(service.namespace)
-        applying = [p for p in self.pools if p.applies(service, labels)]
+        namespace = service.namespace
+        labels = namespace_labels(namespace)
+        in_namespace = [p for p in self.pools if p.allows_namespace(namespace, labels)]
+        applying = [p for p in in_namespace if p.allows_service(service)]
         if not applying:
-            broken = (
-                f" ({len(self.invalid)} pool(s) are invalid: {_names(self.invalid)})"
-                if self.invalid
-                else ""
+            summary = (
+                f"serviceSelectors of NodeAddressPool {in_namespace[0].name} match none of its"
+                " labels"
+                if in_namespace
+                else f"no NodeAddressPool applies to namespace {namespace}"
             )
             return Choice(
                 code=NO_POOL,
-                reason=(
-                    f"no NodeAddressPool applies to Services of namespace {service.namespace}"
-                    f" (spec.serviceAllocation of {len(self.pools)} pool(s)){broken}: ask an"
-                    " administrator for a pool"
-                ),
+                reason=self._no_pool_reason(namespace, in_namespace),
+                summary=summary,
             )
-        first_gap: tuple[Pool, tuple[str, int]] | None = None
         for pool in applying:
-            gap = pool.uncovered(service.ports)
-            if gap is None:
+            if pool.uncovered(service.ports) is None:
                 return Choice(pool=pool)
-            if first_gap is None:
-                first_gap = (pool, gap)
-        assert first_gap is not None
-        pool, (protocol, port) = first_gap
+        ungranted = [
+            key for key in service.ports if all(p.uncovered((key,)) is not None for p in applying)
+        ]
+        listed = "; ".join(
+            f"{p.name} (spec.ports: {p.describe_ports()})" for p in applying[:POOLS_SHOWN]
+        )
+        if len(applying) > POOLS_SHOWN:
+            listed += f" and {len(applying) - POOLS_SHOWN} more"
+        if ungranted:
+            protocol, port = ungranted[0]
+            where = (
+                f"NodeAddressPool {listed}"
+                if len(applying) == 1
+                else f"every NodeAddressPool that applies to this Service: {listed}"
+            )
+            reason = (
+                f"port {port}/{protocol} is outside {where}: use a port of the pool, or ask"
+                " an administrator for a pool that grants it"
+            )
+        else:
+            protocol, port = applying[0].uncovered(service.ports) or service.ports[0]
+            reason = (
+                "no one NodeAddressPool grants every port of the Service (a Service uses one"
+                f" pool): {listed}; split the ports over Services, or ask an administrator"
+                " for a pool that grants them all"
+            )
         return Choice(
             code=PORT_NOT_IN_POOL,
-            reason=(
-                f"port {port}/{protocol} is outside NodeAddressPool {pool.name}"
-                f" (spec.ports: {pool.describe_ports()})"
-                + (
-                    f" and the {len(applying) - 1} other pool(s) that apply"
-                    if len(applying) > 1
-                    else ""
-                )
-                + ": use a port of the pool, or ask an administrator for a pool that grants it"
-            ),
+            reason=reason,
             port=(protocol, port),
-            pool_name=pool.name,
+            pool_name=applying[0].name,
+        )
+
+    def _no_pool_reason(self, namespace: str, in_namespace: Sequence[Pool]) -> str:
+        """Why no pool applies to a Service of ``namespace``: the pools that allow the
+        namespace but whose ``serviceSelectors`` leave the Service out, or that none
+        allows the namespace (naming the invalid pools, which apply to nobody)."""
+        if in_namespace:
+            return (
+                f"NodeAddressPool {_names(in_namespace)} applies to namespace {namespace}, but"
+                " its spec.serviceAllocation.serviceSelectors match none of this Service's"
+                " labels: label the Service as a pool selects, or ask an administrator for"
+                " a pool"
+            )
+        broken = (
+            f" ({len(self.invalid)} pool(s) are invalid and apply to nobody:"
+            f" {_names(self.invalid)})"
+            if self.invalid
+            else ""
+        )
+        return (
+            f"no NodeAddressPool applies to Services of namespace {namespace}"
+            f" (spec.serviceAllocation of {len(self.pools)} pool(s)){broken}: ask an"
+            " administrator for a pool"
         )
 
 

@@ -245,7 +245,28 @@ class ServiceView:
     ingress_ports: tuple[tuple[Any, Any, Any], ...] | None = None
     labels: tuple[tuple[str, str], ...] = ()
     """``metadata.labels`` as sorted pairs: what a NodeAddressPool's ``serviceSelectors``
-    match (docs/design.md §4.12); ``select`` never reads them."""
+    match (docs/design.md §4.13); ``select`` never reads them."""
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceView:
+    """What NodeAddressPools read from a Namespace (docs/design.md §4.13): its labels,
+    as sorted pairs, for ``spec.serviceAllocation.namespaceSelectors``."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+def namespace_view(obj: Mapping[str, Any]) -> NamespaceView:
+    """The :class:`NamespaceView` of a Namespace object.
+
+    Raises:
+        ViewError: ``metadata`` or its ``labels`` is not of its JSON type (naming it).
+    """
+    meta, name, _ = _metadata(obj, namespaced=False)
+    return NamespaceView(
+        name, tuple(sorted(_string_map(meta.get("labels"), "metadata.labels").items()))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,27 +291,6 @@ def _mapping(obj: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(obj, Mapping):
         raise ViewError(f"{where}: Invalid value: must be an object, not {type(obj).__name__}")
     return obj
-
-
-@dataclass(frozen=True, slots=True)
-class NamespaceView:
-    """What NodeAddressPools read from a Namespace (docs/design.md §4.12): its labels,
-    as sorted pairs, for ``spec.serviceAllocation.namespaceSelectors``."""
-
-    name: str
-    labels: tuple[tuple[str, str], ...] = ()
-
-
-def namespace_view(obj: Mapping[str, Any]) -> NamespaceView:
-    """The :class:`NamespaceView` of a Namespace object.
-
-    Raises:
-        ViewError: ``metadata`` or its ``labels`` is not of its JSON type (naming it).
-    """
-    meta, name, _ = _metadata(obj, namespaced=False)
-    return NamespaceView(
-        name, tuple(sorted(_string_map(meta.get("labels"), "metadata.labels").items()))
-    )
 
 
 def _list(obj: Any, where: str) -> list[Any]:

@@ -157,3 +157,39 @@ def test_another_error_on_an_optional_kind_keeps_it_unsynced() -> None:
     finally:
         informer.stop()
         thread.join(5)
+
+
+def test_a_malformed_selector_keeps_no_stored_address_outside_its_pool(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    """§4.1 keeps a malformed selector's stored ingress, but under pools only inside the
+    Service's pool: addresses it got before the pools (or the webhook) go, and claim no
+    port, so the tenant the administrator gave those nodes gets them."""
+    seed(memory_api)
+    memory_api.apply(
+        "nodeaddresspools",
+        pool(
+            "team-a-edge",
+            nodeSelector={"matchLabels": {"role": "edge"}},
+            serviceAllocation={"namespaces": ["team-a"]},
+        ),
+    )
+    memory_api.apply(
+        "nodeaddresspools",
+        pool(
+            "team-b-workers",
+            nodeSelector={"matchLabels": {"role": "worker"}},
+            serviceAllocation={"namespaces": ["team-b"]},
+        ),
+    )
+    memory_api.apply(
+        "services",
+        service("old", namespace="team-a", port=80, selector="role in (edge", ingress=["10.0.1.1"]),
+    )
+    memory_api.apply("services", service("web", namespace="team-b", port=80))
+    start(leader_elect=False)
+    wait_until(converged(memory_api, "team-a/old", []), what="the stored worker address withdrawn")
+    wait_until(converged(memory_api, "team-b/web", ["10.0.1.1"]), what="team-b gets its node")
+    wait_until(
+        lambda: "StaleIngressWithdrawn" in reasons_for(memory_api, "old"), what="the Warning"
+    )

@@ -219,8 +219,12 @@ def test_every_field_select_reads_is_covered_above() -> None:
     """A new ServiceView field must be added to the key or shown unread by select."""
     covered = {next(iter(c)) for _, c in (*SERVICE_FIELD_CHANGES, *PER_SERVICE)}
     # uid: Events only, compare=False; the port-ownership fields: app.core.ports only;
-    # labels: they choose a NodeAddressPool only, whose name keys the entry itself.
-    unread = {"ingress", "ingress_ports", "resource_version", "uid", "labels", *OWNERSHIP_FIELDS}
+    # labels: they choose a NodeAddressPool only, whose name keys the entry itself;
+    # generation and serving: our status condition's inputs, compare=False.
+    unread = {
+        *("ingress", "ingress_ports", "resource_version", "uid", "labels"),
+        *("generation", "serving", *OWNERSHIP_FIELDS),
+    }
     assert {f.name for f in dataclasses.fields(ServiceView)} == covered | unread
     assert set(SHARED_FIELDS) == covered - {"namespace", "name"}
 

@@ -241,7 +241,7 @@ def test_an_invalid_pool_names_the_field_and_applies_to_nobody(
     decider, state = Decider(SETTINGS), snap([pool("broken", **spec)])
     outcome = decider.decide(svc("team-a", 80), state)
     assert outcome.code == NO_POOL
-    assert "invalid: broken" in outcome.reason
+    assert "apply to nobody: broken" in outcome.reason
 
 
 def test_label_selector_means_what_apimachinery_means() -> None:
@@ -328,3 +328,50 @@ def test_admission_ratchets_a_port_already_there_and_warns_a_namespace_without_a
     other = review_with_pools(admission_svc(namespace="other"), TENANTS)
     assert other.allowed
     assert any("gets no node address" in w and "NodeAddressPool" in w for w in other.warnings)
+
+
+def test_refusals_say_what_decided_them() -> None:
+    """Ports split over two pools (a Service uses one), and a pool of the namespace whose
+    serviceSelectors leave the Service out, each get the sentence that names it."""
+    objects = [
+        pool("a-web", ports=[{"port": 80}], serviceAllocation={"namespaces": ["team-a"]}),
+        pool("a-alt", ports=[{"port": 8080}], serviceAllocation={"namespaces": ["team-a"]}),
+        pool(
+            "b-public",
+            serviceAllocation={
+                "namespaces": ["team-b"],
+                "serviceSelectors": [{"matchLabels": {"exposure": "public"}}],
+            },
+        ),
+    ]
+    decider, state = Decider(SETTINGS), snap(objects)
+    split = decider.decide(svc("team-a", 80, 8080), state)
+    assert split.code == PORT_NOT_IN_POOL
+    assert split.reason.startswith("no one NodeAddressPool grants every port of the Service")
+    assert "a-web (spec.ports: 80)" in split.reason and "a-alt (spec.ports: 8080)" in split.reason
+    outside = decider.decide(svc("team-a", 9090), state)
+    assert outside.reason.startswith(
+        "port 9090/TCP is outside every NodeAddressPool that applies to this Service:"
+    )
+    unlabelled = decider.decide(svc("team-b", 80), state)
+    assert unlabelled.code == NO_POOL
+    assert unlabelled.reason.startswith("NodeAddressPool b-public applies to namespace team-b")
+    assert "serviceSelectors" in unlabelled.reason
+    assert ingress(decider, svc("team-b", 80, exposure="public"), state) != []
+
+
+def test_admission_ratchets_only_the_ports_oldobject_had() -> None:
+    old = admission_svc(namespace="team-a", ports=((9999, "TCP"),))
+    new = admission_svc(namespace="team-a", ports=((9999, "TCP"), (8080, "TCP")))
+    denied = review_with_pools(new, TENANTS, old=old)
+    assert not denied.allowed
+    assert (denied.message or "").startswith("spec.ports[1].port: Forbidden: port 8080/TCP")
+    grown = admission_svc(namespace="team-a", ports=((9999, "TCP"), (443, "TCP")))
+    kept = review_with_pools(grown, TENANTS, old=old)
+    assert kept.allowed, "443 is in the pool; 9999 was there before"
+    assert any("(unchanged): the Service gets no node address" in w for w in kept.warnings)
+
+
+def test_empty_ports_is_an_error_not_no_port() -> None:
+    broken = pool_from_object(pool("p", ports=[]))
+    assert broken.error is not None and broken.error.startswith("spec.ports: Invalid value")
