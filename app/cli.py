@@ -118,7 +118,9 @@ def preview(
             metavar="FILE",
             help="Cluster dump (kubectl get nodes,services,endpointslices -A -o yaml|json,"
             " and in a file of its own kubectl get pods -A -o json, of which the Pods that"
-            " hold node ports are kept); '-' reads stdin. Repeatable. Without it the live"
+            " hold node ports are kept; with NodeAddressPools, kubectl get"
+            " namespaces,nodeaddresspools.node-ipam-lb.io -o yaml); '-' reads stdin."
+            " Repeatable. Without it the live"
             " cluster is read.",
             show_default=False,
         ),

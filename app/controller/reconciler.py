@@ -49,11 +49,9 @@ from app.controller.events import (
 )
 from app.core.codes import (
     EXTERNAL_IP_PREFERRED,
-    NO_POOL,
     NO_READY_ENDPOINT,
-    NOT_IN_POOL,
+    POOL_CODES,
     PORT_IN_USE,
-    PORT_NOT_IN_POOL,
     UNHEALTHY,
 )
 from app.core.conditions import (
@@ -197,11 +195,6 @@ class _Written:
         return cls(
             older=older[-OLDER_VERSIONS_KEPT:], ingress=ingress, ports=ports, condition=condition
         )
-
-
-POOL_CODES = frozenset({NO_POOL, PORT_NOT_IN_POOL, NOT_IN_POOL})
-"""Outcome codes of the NodeAddressPools (docs/design.md §4.13): each is the reason of the
-Warning a refused Service gets."""
 
 
 class Reconciler:

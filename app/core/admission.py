@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.codes import NO_READY_ENDPOINT, PORT_NOT_IN_POOL, SELECTOR_MISMATCH
+from app.core.codes import NO_READY_ENDPOINT, NOT_IN_POOL, PORT_NOT_IN_POOL, SELECTOR_MISMATCH
 from app.core.decision import Decider, NotMemoised, Outcome, Snapshot
 from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import node_index
@@ -680,6 +680,12 @@ def _selection_warnings(
     codes = outcome.dropped
     if view.match_node_labels and codes <= {SELECTOR_MISMATCH}:
         return (_short(f"{key} matches no node now: the Service gets no ingress"),)
+    if codes and codes <= {SELECTOR_MISMATCH, NOT_IN_POOL}:
+        return (
+            _short(
+                f"{key} matches no node of its NodeAddressPool now: the Service gets no ingress"
+            ),
+        )
     if view.external_traffic_policy == "Local" and NO_READY_ENDPOINT in codes:
         return (_short("externalTrafficPolicy is Local and no node has a ready endpoint now"),)
     return ()

@@ -24,3 +24,6 @@ NO_POOL = "NoPool"
 """No NodeAddressPool applies to the Service (§4.13): a Selection code and Event reason."""
 PORT_NOT_IN_POOL = "PortNotInPool"
 """A port of the Service is outside every NodeAddressPool that applies to it (§4.13)."""
+POOL_CODES = frozenset({NO_POOL, PORT_NOT_IN_POOL, NOT_IN_POOL})
+"""The outcome codes of NodeAddressPools (§4.13): each is the reason of the Warning a
+refused Service gets."""

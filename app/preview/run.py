@@ -9,24 +9,23 @@ cluster (:mod:`app.preview.live`). Which Services are shown is a :class:`Scope`
 is decided against every Service read, whatever the scope (docs/design.md §4.9).
 
 Output formats: ``table`` (like ``kubectl get svc``: NAMESPACE, NAME, CLASS, EXTERNAL-IP,
-REASON), ``wide`` (adds CURRENT, the stored ``status.loadBalancer.ingress``, CHANGE,
-``yes`` when the controller would write a different ingress, and NODES, the per-node
-verdict summary), ``json`` and ``yaml`` (``{"items": [Selection.to_dict(), ...]}``,
-streamed item by item by :mod:`app.preview.output`). Warnings go to stderr as
-``Warning: ...`` lines like kubectl's, each distinct text once (a bad Node address is one
-line, naming how many Services it touches); with kube-proxy in ipvs mode and ipMode VIP
-(kubeadm's ConfigMap ``kube-system/kube-proxy``, read live or held by a dump;
-docs/design.md §4.10) one more line says what breaks, and so does one when Cilium's
-wildcard entries concern a managed Service (ConfigMap ``kube-system/cilium-config`` and
-the agent Pods, read live or held by a dump; §4.12); so does each line of
-:attr:`Dump.warnings <app.core.dump.Dump.warnings>` (what a live read was not allowed to
-list, and what the answer lacks for it); live, when it shows a managed Service, one line
-for each thing it could not know of the running controller and for a "what if"
-(:mod:`app.preview.controllerview`). With no Service to show, the
-table form prints nothing on stdout and ``No resources found[ in NS namespace].`` on
-stderr, exit 0, as kubectl does; a file without any object also gets a ``Warning: FILE:
-no Kubernetes objects`` line. Long values in table cells are cut in the middle
-(:func:`app.core.text.elide`).
+REASON), ``wide`` (adds CURRENT, the stored ``status.loadBalancer.ingress``, CHANGE, ``yes``
+when the controller would write a different ingress, NODES, the per-node verdict summary,
+and with NodeAddressPools POOL, the pool a Service chose among), ``json`` and ``yaml``
+(``{"items": [Selection.to_dict(), ...]}``, streamed item by item by
+:mod:`app.preview.output`). Warnings go to stderr as ``Warning: ...`` lines like kubectl's,
+each distinct text once (a bad Node address is one line, naming how many Services it
+touches); with kube-proxy in ipvs mode and ipMode VIP (kubeadm's ConfigMap
+``kube-system/kube-proxy``, read live or held by a dump; docs/design.md §4.10) one more line
+says what breaks, and so does one when Cilium's wildcard entries concern a managed Service
+(ConfigMap ``kube-system/cilium-config`` and the agent Pods, read live or held by a dump;
+§4.12); so does each line of :attr:`Dump.warnings <app.core.dump.Dump.warnings>` (what a
+live read was not allowed to list, and what the answer lacks for it); live, when it shows a
+managed Service, one line for each thing it could not know of the running controller and for
+a "what if" (:mod:`app.preview.controllerview`). With no Service to show, the table form
+prints nothing on stdout and ``No resources found[ in NS namespace].`` on stderr, exit 0, as
+kubectl does; a file without any object also gets a ``Warning: FILE: no Kubernetes objects``
+line. Long values in table cells are cut in the middle (:func:`app.core.text.elide`).
 
 Exit codes: 0 every Service previewed; 1 previewed, but at least one Service has an
 ``error`` (malformed selector annotation: the controller would not write its status) or a
@@ -43,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from app.core import ciliumkpr
+from app.core.codes import POOL_CODES
 from app.core.decision import Decider, Snapshot
 from app.core.dump import Dump, DumpError, DumpViews, load_dump, project
 from app.core.kubeproxy import ipvs_hazard, proxy_mode
@@ -211,8 +211,11 @@ def format_table(
     ``wide`` CURRENT and CHANGE, come from them).
     """
     header = ["NAMESPACE", "NAME", "CLASS", "EXTERNAL-IP"]
+    # POOL only where NodeAddressPools decided (docs/design.md §4.13): the pool a Service
+    # chose among; a refused one's reason names the pool.
+    pools = wide and any(sel.pool or sel.code in POOL_CODES for sel in selections)
     if wide:
-        header += ["CURRENT", "CHANGE", "NODES"]
+        header += ["CURRENT", "CHANGE", "NODES", *(["POOL"] if pools else [])]
     rows = [[*header, "REASON"]]
     for sel, svc in zip(selections, services, strict=True):
         reason = "" if sel.ingress else (sel.error or sel.reason)
@@ -220,6 +223,8 @@ def format_table(
         if wide:
             current = _ips(svc.ingress) or "<none>"
             row += [current, "yes" if would_change(sel, svc) else "no", node_summary(sel)]
+            if pools:
+                row.append(sel.pool or "<none>")
         rows.append([elide(cell, CELL_CHARS) for cell in [*row, reason]])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "\n".join(
@@ -259,6 +264,10 @@ enough with ``--no-host-port-pods``); the preview keeps those that hold a node p
 (150,000 Pods: ~1 GB), and PyYAML holds the whole document's node tree while it reads
 (bench/README.md §11: the YAML of 150,000 Pods did not fit in 23 GiB; the JSON took
 40 s and 3.6 GiB)."""
+POOLS_DUMP_COMMAND = "kubectl get namespaces,nodeaddresspools.node-ipam-lb.io -o yaml"
+"""The NodeAddressPools and the Namespaces' labels (docs/design.md §4.13), in a file of
+their own: on a cluster without the CRD, ``kubectl get`` of the resource fails, which would
+fail the whole :data:`DUMP_COMMAND`."""
 DUMP_ADVICE = (
     f"dump them with {DUMP_COMMAND}, and the Pods with {PODS_DUMP_COMMAND} (one -f per output)"
 )
@@ -269,7 +278,8 @@ def incomplete_dump_warnings(views: DumpViews, settings: SelectionSettings) -> l
     depends on, which would otherwise read as a confident answer about the cluster: no
     Node at all (every managed Service ``<pending>``), or no EndpointSlice at all while a
     managed Service has ``externalTrafficPolicy: Local`` (every such Service "no eligible
-    Node has a ready endpoint", docs/design.md §4.3). Only for files: a live cluster is
+    Node has a ready endpoint", docs/design.md §4.3), or NodeAddressPools that select
+    namespaces by label without any Namespace (§4.13). Only for files: a live cluster is
     listed whole."""
     lines = []
     if views.services and not views.nodes:
@@ -279,6 +289,12 @@ def incomplete_dump_warnings(views: DumpViews, settings: SelectionSettings) -> l
         for svc in views.services
     ):
         lines.append(f"Warning: the input has no EndpointSlices: {DUMP_ADVICE}")
+    if not views.namespace_labels and any(p.namespace_selectors for p in views.pools.pools):
+        lines.append(
+            "Warning: the input has NodeAddressPools with namespaceSelectors but no"
+            " Namespaces, so they match no namespace here: dump them with"
+            f" {POOLS_DUMP_COMMAND}"
+        )
     return lines
 
 

@@ -375,3 +375,14 @@ def test_admission_ratchets_only_the_ports_oldobject_had() -> None:
 def test_empty_ports_is_an_error_not_no_port() -> None:
     broken = pool_from_object(pool("p", ports=[]))
     assert broken.error is not None and broken.error.startswith("spec.ports: Invalid value")
+
+
+def test_admission_warns_a_selector_that_picks_only_nodes_outside_the_pool() -> None:
+    outside = admission_svc(namespace="team-a", ports=((443, "TCP"),))
+    outside["metadata"]["annotations"] = {SETTINGS.match_node_labels_annotation: "role=worker"}
+    decision = review_with_pools(outside, TENANTS)
+    assert decision.allowed
+    assert any("matches no node of its NodeAddressPool" in w for w in decision.warnings)
+    inside = copy.deepcopy(outside)
+    inside["metadata"]["annotations"] = {SETTINGS.match_node_labels_annotation: "role=edge"}
+    assert not any("NodeAddressPool" in w for w in review_with_pools(inside, TENANTS).warnings)
