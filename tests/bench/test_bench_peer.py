@@ -99,8 +99,9 @@ def test_both_controllers_every_phase_on_one_real_api_server(
             assert change.converged and change.affected > 0 and change.seconds is not None
             assert change.seconds > 0 and change.unexpected == 0, change
             assert change.writes >= 1, change
-    # Ours: one write per Service with an ingress, none on restart or in the steady state.
-    assert ours.phases["cold start"].status_writes == ours.with_ingress
+    # Ours: one write per managed Service (its ingress and NodesServing condition, or the
+    # condition alone), none on restart or in the steady state.
+    assert ours.phases["cold start"].status_writes == ours.managed
     assert ours.phases["restart"].status_writes == 0
     assert ours.phases["steady"].status_writes == 0
     assert ours.phases["cold start"].verification.rules == {IDENTICAL: TINY.managed}  # type: ignore[union-attr]

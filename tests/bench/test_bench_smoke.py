@@ -32,7 +32,9 @@ def synced(tmp_path_factory: pytest.TempPathFactory) -> ColdStart:
 def test_cold_start_writes_every_managed_status_and_no_other(synced: ColdStart) -> None:
     assert synced.mismatched == []
     assert synced.unmanaged_written == 0
-    assert synced.writes == sum(1 for ingress in synced.expected.values() if ingress)
+    # One per managed Service: its ingress and NodesServing condition, or (pending) the
+    # condition alone (docs/design.md §5).
+    assert synced.writes == len(synced.expected)
     assert synced.peak_rss_mb > 0 and synced.serve_cpu > 0
 
 
