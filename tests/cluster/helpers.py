@@ -256,14 +256,20 @@ def service_events(cluster: Cluster, namespace: str, name: str) -> list[dict[str
     )
 
 
-def port_in_use(cluster: Cluster, namespace: str, name: str) -> str | None:
-    """The message of the Service's ``PortInUse`` Warning Event, once there is one."""
+def warning_event(cluster: Cluster, namespace: str, name: str, reason: str) -> str | None:
+    """The message of the Service's latest Warning Event with ``reason`` (e.g.
+    ``PortNotInPool``), once there is one; else ``None``."""
     found = [
         str(e.get("message", ""))
         for e in service_events(cluster, namespace, name)
-        if e.get("type") == "Warning" and e.get("reason") == "PortInUse"
+        if e.get("type") == "Warning" and e.get("reason") == reason
     ]
     return found[-1] if found else None
+
+
+def port_in_use(cluster: Cluster, namespace: str, name: str) -> str | None:
+    """The message of the Service's ``PortInUse`` Warning Event, once there is one."""
+    return warning_event(cluster, namespace, name, "PortInUse")
 
 
 def service_story(cluster: Cluster, *keys: str) -> str:

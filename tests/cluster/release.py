@@ -10,8 +10,10 @@ tests of ``live/``, which share one cluster) call these.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +217,72 @@ def applied(cluster: Cluster, manifest: dict[str, Any], *args: str) -> str | Non
     except KubectlError as err:
         return str(err.stderr)
     return None
+
+
+def denied_at_apply(
+    cluster: Cluster, manifest: dict[str, Any], *, dry_run: bool = False, timeout: float = 60
+) -> tuple[str, int]:
+    """Apply ``manifest`` (a Service) until the webhook denies it, deleting each admitted
+    copy (none with ``dry_run``: ``--dry-run=server`` calls the webhooks, stores nothing);
+    returns (kubectl's error, copies admitted before)."""
+    admitted = 0
+    meta = manifest["metadata"]
+    args = ("--dry-run=server",) if dry_run else ()
+
+    def denied() -> str | None:
+        nonlocal admitted
+        error = applied(cluster, manifest, *args)
+        if error is not None:
+            return error
+        admitted += 1
+        if not dry_run:
+            kubectl(cluster, "-n", meta["namespace"], "delete", "service", meta["name"])
+        return None
+
+    message = wait_for(f"the webhook to deny {meta['name']}", denied, timeout=timeout, interval=0.5)
+    return message, admitted
+
+
+def admitted_at_apply(cluster: Cluster, manifest: dict[str, Any], *, timeout: float = 30) -> None:
+    """Apply ``manifest`` until admitted: kube-apiserver may call a webhook whose
+    configuration was just deleted for a moment (its informer)."""
+    errors: list[str] = []
+
+    def admitted() -> bool:
+        error = applied(cluster, manifest)
+        if error is not None:
+            errors.append(error)
+        return error is None
+
+    wait_for(
+        f"{manifest['metadata']['name']} to be admitted", admitted, timeout=timeout, interval=0.5
+    )
+    if errors:
+        print(f"\n{manifest['metadata']['name']}: denied {len(errors)}x first: {errors[-1]}")
+
+
+@contextlib.contextmanager
+def validating_webhook_removed(cluster: Cluster) -> Iterator[str]:
+    """The release's ValidatingWebhookConfiguration deleted; on the way out created again
+    from the saved object (labels, annotations, webhooks with their caBundle), so Helm
+    still owns it and kube-apiserver can call it at once. Yields its name."""
+    (config,) = kubectl_json(
+        cluster,
+        "get",
+        "validatingwebhookconfigurations",
+        "-l",
+        f"app.kubernetes.io/instance={RELEASE}",
+    )["items"]
+    name = str(config["metadata"]["name"])
+    keep = ("name", "labels", "annotations")
+    saved = {
+        "apiVersion": config["apiVersion"],
+        "kind": config["kind"],
+        "metadata": {k: v for k, v in config["metadata"].items() if k in keep},
+        "webhooks": config["webhooks"],
+    }
+    kubectl(cluster, "delete", "validatingwebhookconfiguration", name)
+    try:
+        yield name
+    finally:
+        kubectl(cluster, "create", "-f", "-", input=json.dumps(saved))

@@ -7,10 +7,7 @@ their Pods, Services, the host-network Pod), the validating webhook it removes i
 
 from __future__ import annotations
 
-import contextlib
-import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,8 +34,13 @@ from tests.cluster.helpers import (
     team_backend,
 )
 from tests.cluster.images import BACKEND_IMAGE, product_ref
-from tests.cluster.release import INTERNAL_NODES, applied, ingress_ips
-from tests.deploy.helmchart import RELEASE
+from tests.cluster.release import (
+    INTERNAL_NODES,
+    admitted_at_apply,
+    denied_at_apply,
+    ingress_ips,
+    validating_webhook_removed,
+)
 from tests.support.waiting import wait_for
 
 # Each scenario rolls out Pods, waits for the reconciler and for kube-proxy, and deletes
@@ -56,75 +58,6 @@ HOST_PORT = 8095
 
 
 NODE_1 = "kubernetes.io/hostname=node-1"
-
-
-def denied_at_apply(
-    cluster: Cluster, manifest: dict[str, Any], *, dry_run: bool = False, timeout: float = 60
-) -> tuple[str, int]:
-    """Apply ``manifest`` (a Service) until the webhook denies it, deleting each admitted
-    copy (none with ``dry_run``: ``--dry-run=server`` calls the webhooks, stores nothing);
-    returns (kubectl's error, copies admitted before)."""
-    admitted = 0
-    meta = manifest["metadata"]
-    args = ("--dry-run=server",) if dry_run else ()
-
-    def denied() -> str | None:
-        nonlocal admitted
-        error = applied(cluster, manifest, *args)
-        if error is not None:
-            return error
-        admitted += 1
-        if not dry_run:
-            kubectl(cluster, "-n", meta["namespace"], "delete", "service", meta["name"])
-        return None
-
-    message = wait_for(f"the webhook to deny {meta['name']}", denied, timeout=timeout, interval=0.5)
-    return message, admitted
-
-
-def admitted_at_apply(cluster: Cluster, manifest: dict[str, Any], *, timeout: float = 30) -> None:
-    """Apply ``manifest`` until admitted: kube-apiserver may call a webhook whose
-    configuration was just deleted for a moment (its informer)."""
-    errors: list[str] = []
-
-    def admitted() -> bool:
-        error = applied(cluster, manifest)
-        if error is not None:
-            errors.append(error)
-        return error is None
-
-    wait_for(
-        f"{manifest['metadata']['name']} to be admitted", admitted, timeout=timeout, interval=0.5
-    )
-    if errors:
-        print(f"\n{manifest['metadata']['name']}: denied {len(errors)}x first: {errors[-1]}")
-
-
-@contextlib.contextmanager
-def validating_webhook_removed(cluster: Cluster) -> Iterator[str]:
-    """The release's ValidatingWebhookConfiguration deleted; on the way out created again
-    from the saved object (labels, annotations, webhooks with their caBundle), so Helm
-    still owns it and kube-apiserver can call it at once. Yields its name."""
-    (config,) = kubectl_json(
-        cluster,
-        "get",
-        "validatingwebhookconfigurations",
-        "-l",
-        f"app.kubernetes.io/instance={RELEASE}",
-    )["items"]
-    name = str(config["metadata"]["name"])
-    keep = ("name", "labels", "annotations")
-    saved = {
-        "apiVersion": config["apiVersion"],
-        "kind": config["kind"],
-        "metadata": {k: v for k, v in config["metadata"].items() if k in keep},
-        "webhooks": config["webhooks"],
-    }
-    kubectl(cluster, "delete", "validatingwebhookconfiguration", name)
-    try:
-        yield name
-    finally:
-        kubectl(cluster, "create", "-f", "-", input=json.dumps(saved))
 
 
 @pytest.mark.timeout(PORTS_TIMEOUT)
