@@ -116,6 +116,13 @@ class ClusterCache:
                 self._pool_set = PoolSet(pools) if pools else NO_POOL_SET
             return self._pool_set
 
+    def pool_views(self) -> list[Pool]:
+        """Every stored NodeAddressPool view (a new list), each the newest: its status
+        fields (``generation``, ``accepted``) are the last ones seen, which those of
+        :meth:`pools` need not be (a change of status alone keeps the PoolSet)."""
+        with self._lock:
+            return list(self._stores["nodeaddresspools"].values())
+
     def namespace_labels(self, name: str) -> dict[str, str] | None:
         """The labels of namespace ``name`` (``None``: not known)."""
         with self._lock:
@@ -206,7 +213,11 @@ class ClusterCache:
             self._node_index = None
         elif kind == "endpointslices":
             self._index_slice_locked(key, old, new)
-        elif kind == "nodeaddresspools" or (kind == "namespaces" and self._pool_set):
+        elif (kind == "nodeaddresspools" and old != new) or (
+            kind == "namespaces" and self._pool_set
+        ):
+            # A pool's view equal to the last one changed in status alone (its Accepted
+            # condition, metadata.generation: compare=False): the PoolSet stays.
             self._pool_set = None
 
     def _index_slice_locked(

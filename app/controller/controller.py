@@ -27,6 +27,7 @@ from app.controller.healthrecord import LeaseHealthRecord
 from app.controller.informer import Informer
 from app.controller.leader import LeaderElector
 from app.controller.nodeprober import NodeHealthProber
+from app.controller.poolstatus import PoolStatusWriter
 from app.controller.reconciler import Reconciler
 from app.controller.settingsrecord import SettingsPublisher
 from app.controller.triggers import (
@@ -197,6 +198,14 @@ class Controller:
             health=self.health_view,
         )
         metrics.SERVICE_STATE_COLLECTOR.add(self.reconciler.states)
+        # Each NodeAddressPool's Accepted condition (docs/design.md §4.13): the Lease
+        # holder's, on a thread of its own fed by the pools' informer.
+        self.pool_status = PoolStatusWriter(
+            cache=self.cache,
+            api=self._api,
+            is_leader=lambda: self._writes and self.is_leader(),
+            wall_clock=wall_clock,
+        )
         annotation = self._selection.match_node_labels_annotation
         views: dict[Kind, Callable[..., Any]] = {
             "nodes": node_view,
@@ -217,6 +226,7 @@ class Controller:
                 field_selector=(
                     pod_field_selector(settings.host_port_pods) if kind == "pods" else None
                 ),
+                touched=self.pool_status.touch if kind == "nodeaddresspools" else None,
             )
             for kind in views
         ]
@@ -251,11 +261,14 @@ class Controller:
             thread = threading.Thread(target=self._work, name=f"reconcile-{index}", daemon=True)
             thread.start()
             self._workers.append(thread)
+        if self._writes:
+            self.pool_status.start()
         if self.elector is not None:
             self.elector.start()
         else:
             metrics.LEADER_STATUS.labels(self.settings.leader_election_id).set(1)
             self.settings_publisher.term_started()
+            self.pool_status.term_started()
 
     def stop(self, timeout: float = 10.0, *, release: bool = True) -> None:
         """Stop workers (no write after this returns), informers, and release the Lease
@@ -268,6 +281,7 @@ class Controller:
             informer.stop()
         for thread in self._workers:
             thread.join(max(deadline - time.monotonic(), 0.0))
+        self.pool_status.stop(max(deadline - time.monotonic(), 0.0))
         if self.health is not None:
             self.health.stop(max(min(deadline - time.monotonic(), 2.0), 0.1))
         self.settings_publisher.join(max(min(deadline - time.monotonic(), 2.0), 0.1))
@@ -291,10 +305,10 @@ class Controller:
     def healthy(self) -> tuple[bool, str]:
         """Liveness: ``(False, why)`` when a watch has had no event, bookmark or reconnect
         for longer than twice the watch timeout plus the read-timeout slack and maximal
-        backoff (a hung connection), or an informer thread or a reconcile worker thread has
-        died (a dead worker reconciles nothing: on the leader, Services would silently stop
-        converging), or leader election cannot even start because the Lease's namespace
-        does not exist (:meth:`LeaderElector.problem`).
+        backoff (a hung connection), or an informer thread, a reconcile worker thread or
+        the NodeAddressPool status thread has died (a dead worker reconciles nothing: on
+        the leader, Services would silently stop converging), or leader election cannot
+        even start because the Lease's namespace does not exist (:meth:`LeaderElector.problem`).
 
         Why liveness and not readiness for the missing namespace: readiness gates the
         webhook and preview traffic, which every replica serves correctly from its cache
@@ -310,6 +324,8 @@ class Controller:
         for worker in self._workers:
             if running and not worker.is_alive():
                 return False, f"the reconcile worker thread {worker.name} has stopped"
+        if running and not self.pool_status.alive():
+            return False, "the NodeAddressPool status thread has stopped"
         if running and self.health is not None:
             ok, why = self.health.healthy()
             if not ok:
@@ -509,6 +525,7 @@ class Controller:
         self.reconciler.reset()
         self._enqueue_all()
         self.settings_publisher.term_started()
+        self.pool_status.term_started()
         if self.health is not None:  # probe now, not one period into the term
             self.health.wake()
         for callback in list(self._leadership_listeners):

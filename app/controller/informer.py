@@ -75,7 +75,12 @@ class Informer:
     ``handler(kind, changes)`` is called on the informer thread after the cache is
     updated; it must be quick (enqueue keys, nothing more). ``to_view`` returns the view
     to cache or ``None`` (keep nothing of this object); ``field_selector`` is sent with
-    every List and watch (module docstring).
+    every List and watch (module docstring). ``touched(keys)``, when given, is called
+    after ``handler`` with the key of every object a List or watch event stored or removed,
+    its view changed or not (client-go calls ``UpdateFunc`` on every update; ``handler``
+    hears only views that differ): a view that leaves status fields out of equality
+    (:class:`~app.core.pools.Pool`) still tells its status writer of each update. Quick,
+    like ``handler``.
     """
 
     def __init__(
@@ -92,6 +97,7 @@ class Informer:
         backoff_max: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         field_selector: str | None = None,
+        touched: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.kind: Kind = kind
         self.field_selector = field_selector
@@ -99,6 +105,7 @@ class Informer:
         self._cache = cache
         self._to_view = to_view
         self._handler = handler
+        self._touched = touched
         self._watch_timeout = watch_timeout_seconds
         self._page_size = page_size
         self._backoff_initial = backoff_initial
@@ -204,6 +211,7 @@ class Informer:
             log_event(LOG, "resource not served, none assumed", kind=self.kind)
             self._absent_logged = True
         self._notify(changes)
+        self._touch([key for key, _, _ in changes])
         self.last_activity = self._clock()
         self._stop.wait(ABSENT_RELIST_SECONDS)
         self.last_activity = self._clock()
@@ -242,6 +250,8 @@ class Informer:
             LOG, "listed", kind=self.kind, count=len(views), read=read, resourceVersion=version
         )
         self._notify(changes)
+        if self._touched is not None:
+            self._touch([*views, *(key for key, _, new in changes if new is None)])
         return version
 
     def _watch(self, resource_version: str) -> tuple[str, int]:
@@ -288,11 +298,24 @@ class Informer:
             old = self._cache.delete(self.kind, key)
             if old is not None:
                 self._notify([(key, old, None)])
+                self._touch([key])
         else:
             old = self._cache.put(self.kind, key, view)
             if old != view:
                 self._notify([(key, old, view)])
+            self._touch([key])
         return version
+
+    def _touch(self, keys: list[str]) -> None:
+        """Call ``touched`` with ``keys`` (when given and any), like :meth:`_notify`."""
+        if self._touched is None or not keys:
+            return
+        try:
+            self._touched(keys)
+        except Exception:
+            LOG.exception(
+                "touched callback failed", extra={"fields": {"kind": self.kind, "keys": keys[:5]}}
+            )
 
     def _notify(self, changes: list[Change]) -> None:
         """Call the handler; an exception from it is logged with its traceback and that

@@ -38,7 +38,7 @@ from app.core.codes import NO_POOL, PORT_NOT_IN_POOL
 from app.core.options import ADDRESS_TYPES, SelectionSettings, normal_address_types
 from app.core.ports import PortRange
 from app.core.selector import Selector, SelectorError, go_quote, parse
-from app.core.views import ServiceView
+from app.core.views import ServiceView, StoredCondition, generation_of, stored_condition
 
 GROUP = "node-ipam-lb.io"
 VERSION = "v1alpha1"
@@ -51,6 +51,9 @@ MAX_POOLS = 1024
 order) only, so one decision costs at most this many pool checks."""
 POOLS_SHOWN = 3
 """Pool names a refusal lists before "and N more"."""
+ACCEPTED = "Accepted"
+"""The ``type`` of the condition the Lease holder writes on each pool
+(app.controller.poolstatus): whether :func:`pool_from_object` can use its spec."""
 
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
 """A namespace's labels by name (``None``: the namespace is not known, matches no
@@ -130,7 +133,14 @@ class Pool:
     namespace must be listed or match one selector (``None`` in the tuple: an empty
     selector, matches every namespace); ``service_selectors``: empty allows every Service,
     else one must match its labels; ``priority``: ``None`` orders after every number.
-    ``error``: why the object is unusable (it then applies to nobody)."""
+    ``error``: why the object is unusable (it then applies to nobody).
+
+    ``generation`` (``metadata.generation``) and ``accepted`` (the stored
+    :data:`ACCEPTED` condition; ``None``: absent) are status only: no decision reads them,
+    so they are left out of equality and hashing, and a change of the pool's status alone
+    (the echo of our own write) is no change of the pool (the cache keeps its
+    :class:`PoolSet`, no Service is requeued). app.controller.poolstatus reads them from
+    the cache's newest view."""
 
     name: str
     node_selector: Selector | None = None
@@ -142,6 +152,8 @@ class Pool:
     service_selectors: tuple[Selector | None, ...] = ()
     priority: int | None = None
     error: str | None = None
+    generation: int | None = field(default=None, compare=False, hash=False)
+    accepted: StoredCondition | None = field(default=None, compare=False, hash=False)
     _settings: dict[int, SelectionSettings] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
@@ -227,11 +239,17 @@ def pool_from_object(obj: Mapping[str, Any]) -> Pool:
     too.
     """
     meta = obj.get("metadata")
-    name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = str(meta.get("name") or "")
+    status = obj.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    generation = generation_of(meta.get("generation"))
+    accepted = stored_condition(conditions if isinstance(conditions, list) else [], ACCEPTED)
     try:
-        return _pool(name, obj.get("spec") or {})
+        pool = _pool(name, obj.get("spec") or {})
     except ValueError as err:
-        return Pool(name=name, error=str(err))
+        return Pool(name=name, error=str(err), generation=generation, accepted=accepted)
+    return dataclasses.replace(pool, generation=generation, accepted=accepted)
 
 
 def _pool(name: str, spec: object) -> Pool:

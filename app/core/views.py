@@ -471,8 +471,10 @@ def service_view(
         resource_version=str(version) if version is not None else None,
         ip_family_policy=_opt_str(spec.get("ipFamilyPolicy"), "spec.ipFamilyPolicy"),
         uid=str(meta.get("uid") or ""),
-        generation=_generation(meta.get("generation")),
-        serving=_serving(_list(status.get("conditions"), "status.conditions")),
+        generation=generation_of(meta.get("generation")),
+        serving=stored_condition(
+            _list(status.get("conditions"), "status.conditions"), NODES_SERVING
+        ),
         ports=ports,
         node_ports=node_ports,
         health_check_node_port=_port_number(
@@ -484,16 +486,19 @@ def service_view(
     )
 
 
-def _generation(value: Any) -> int | None:
-    """``metadata.generation`` as an int (``None``: absent, or not an integer)."""
+def generation_of(value: Any) -> int | None:
+    """``metadata.generation`` (or a condition's ``observedGeneration``) as an int
+    (``None``: absent, or not an integer)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _serving(conditions: list[Any]) -> StoredCondition | None:
-    """The stored :data:`NODES_SERVING` condition among ``status.conditions`` (the first
-    with that ``type``; the API keeps the list a map keyed by ``type``), or ``None``."""
+def stored_condition(conditions: list[Any], condition_type: str) -> StoredCondition | None:
+    """The stored condition of ``condition_type`` among ``status.conditions`` (the first
+    with that ``type``; the API keeps the list a map keyed by ``type``), or ``None``: our
+    :data:`NODES_SERVING` of a Service, a NodeAddressPool's ``Accepted``
+    (app.core.pools)."""
     for cond in conditions:
-        if isinstance(cond, Mapping) and cond.get("type") == NODES_SERVING:
+        if isinstance(cond, Mapping) and cond.get("type") == condition_type:
             message = _text(cond, "message")
             return StoredCondition(
                 status=_text(cond, "status"),
@@ -501,7 +506,7 @@ def _serving(conditions: list[Any]) -> StoredCondition | None:
                 # Services that share an outcome share its message (one string, not one
                 # per Service: up to 4 KiB each, docs/design.md §5).
                 message=None if message is None else sys.intern(message),
-                observed_generation=_generation(cond.get("observedGeneration")),
+                observed_generation=generation_of(cond.get("observedGeneration")),
                 last_transition_time=_text(cond, "lastTransitionTime"),
             )
     return None

@@ -77,6 +77,8 @@ MAX_LIST_ITEMS = 1_000_000
 tested limits are 5,000 Nodes and 150,000 Pods per cluster)."""
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+"""JSON merge patch (RFC 7386): what a custom resource takes (no strategic merge there)."""
 AUTH_REFRESH_SECONDS = 10.0
 """How long a derived ``authorization`` header is reused (tokens rotate in minutes)."""
 JSON_PATCH = "application/json-patch+json"
@@ -151,6 +153,14 @@ class KubeAPI(Protocol):
         atomic list and replaced either way, but ``status.conditions`` is merged by
         ``type`` (core/v1 ``patchMergeKey``), so other controllers' conditions stay and
         ``{"$patch": "delete", "type": ...}`` removes ours alone (docs/design.md §5)."""
+        ...
+
+    def patch_pool_status(self, *, name: str, patch: dict[str, Any]) -> str | None:
+        """JSON merge patch ``nodeaddresspools/{name}/status`` (``node-ipam-lb.io/v1alpha1``,
+        cluster-scoped); returns the written pool's ``metadata.resourceVersion`` (``None``
+        when the answer carries none); 404 when the pool (or its CRD) is gone. A custom
+        resource takes no strategic merge patch (415), so ``status.conditions`` is replaced
+        as a whole (RFC 7386): the caller sends the whole list (app.controller.poolstatus)."""
         ...
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
@@ -376,6 +386,11 @@ class KubernetesAPI:
         return resource_version_in(
             self._send("PATCH", path, body=patch, content_type=STRATEGIC_MERGE_PATCH)
         )
+
+    def patch_pool_status(self, *, name: str, patch: dict[str, Any]) -> str | None:
+        """See :meth:`KubeAPI.patch_pool_status`."""
+        path = f"{COLLECTIONS['nodeaddresspools']}/{name}/status"
+        return resource_version_in(self._send("PATCH", path, body=patch, content_type=MERGE_PATCH))
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
         """See :meth:`KubeAPI.create_event`."""

@@ -27,7 +27,7 @@ from typing import Any
 from app.core.views import NODES_SERVING
 from app.kube.client import ApiError, Kind
 from tests.fakeapi.errors import ApiError as FakeApiError
-from tests.fakeapi.patch import kind_schema, strategic_merge_patch
+from tests.fakeapi.patch import kind_schema, merge_patch, strategic_merge_patch
 from tests.fakeapi.resources import RESOURCES
 from tests.fakeapi.selectors import parse_field_selector
 
@@ -39,6 +39,21 @@ def nodes_serving(service: dict[str, Any] | None) -> dict[str, Any] | None:
     (``None``: no Service, or no such item)."""
     conditions = ((service or {}).get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c.get("type") == NODES_SERVING), None)
+
+
+def _custom_resource_write(obj: dict[str, Any], stored: dict[str, Any] | None) -> None:
+    """What kube-apiserver does to a write of a custom resource with a status subresource
+    (a NodeAddressPool): ``status`` is the stored one (none on create), and
+    ``metadata.generation`` starts at 1 and grows when anything but ``metadata`` and
+    ``status`` changes."""
+    obj["status"] = copy.deepcopy((stored or {}).get("status") or {})
+    if stored is None:
+        obj["metadata"]["generation"] = 1
+        return
+    body = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+    before = {k: v for k, v in stored.items() if k not in ("metadata", "status")}
+    generation = stored["metadata"].get("generation", 1)
+    obj["metadata"]["generation"] = generation + (body != before)
 
 
 NAMESPACED = {
@@ -186,6 +201,8 @@ class MemoryAPI:
             event_type = "MODIFIED" if key in self.objects[kind] else "ADDED"
             if kind == "services" and event_type == "MODIFIED" and "status" not in obj:
                 obj["status"] = copy.deepcopy(self.objects[kind][key].get("status", {}))
+            if kind == "nodeaddresspools":
+                _custom_resource_write(obj, self.objects[kind].get(key))
             return self._store(kind, key, obj, event_type)
 
     def delete(self, kind: str, key: str) -> None:
@@ -273,6 +290,25 @@ class MemoryAPI:
             merged = strategic_merge_patch(obj, {"status": patch["status"]}, SERVICE_SCHEMA)
             obj["status"] = merged.get("status") or {}
             return str(self._store("services", key, obj, "MODIFIED")["metadata"]["resourceVersion"])
+
+    def patch_pool_status(self, *, name: str, patch: dict[str, Any]) -> str | None:
+        self._call("patch nodeaddresspools/status")
+        with self.cond:
+            if name not in self.objects["nodeaddresspools"]:
+                raise ApiError(404, f'nodeaddresspools.node-ipam-lb.io "{name}" not found')
+            obj = copy.deepcopy(self.objects["nodeaddresspools"][name])
+            # A JSON merge patch (RFC 7386) of the status alone, as the status subresource
+            # of a custom resource applies it: lists (conditions) replaced whole.
+            obj["status"] = merge_patch(obj.get("status") or {}, patch.get("status") or {})
+            stored = self._store("nodeaddresspools", name, obj, "MODIFIED")
+            return str(stored["metadata"]["resourceVersion"])
+
+    def pool_condition(self, name: str) -> dict[str, Any] | None:
+        """The ``Accepted`` condition of NodeAddressPool ``name`` as stored, or ``None``."""
+        conditions = ((self.get("nodeaddresspools", name) or {}).get("status") or {}).get(
+            "conditions"
+        ) or []
+        return next((c for c in conditions if c.get("type") == "Accepted"), None)
 
     def create_event(self, *, namespace: str, body: dict[str, Any]) -> None:
         self._call("create events")

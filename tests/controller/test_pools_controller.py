@@ -15,15 +15,7 @@ from app.controller.informer import Informer
 from app.kube.client import ApiError
 from tests.controller.memory_api import MemoryAPI
 from tests.controller.support import Start, converged, node, service, wait_until
-
-
-def pool(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "node-ipam-lb.io/v1alpha1",
-        "kind": "NodeAddressPool",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+from tests.support.objects import node_address_pool as pool
 
 
 def namespace(name: str, **labels: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from app.core.views import EXCLUDE_FROM_LB_LABEL, ServiceView
 from tests.core.admission.builders import review
 from tests.core.admission_support import svc as admission_svc
 from tests.core.builders import NOW, node, service
+from tests.support.objects import node_address_pool as pool
 
 SETTINGS = SelectionSettings()
 NODES = NodeIndex(
@@ -40,15 +41,6 @@ NODES = NodeIndex(
     ]
 )
 NAMESPACES = {"team-a": {"tenant": "a"}, "team-b": {"tenant": "b"}, "other": {}}
-
-
-def pool(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "node-ipam-lb.io/v1alpha1",
-        "kind": "NodeAddressPool",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
 
 
 TENANTS = [

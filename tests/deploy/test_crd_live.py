@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from app.controller.controller import Controller
 from app.core import pools
+from tests.controller.support import fast_settings, wait_until
 from tests.controlplane.plane import ControlPlane
 from tests.deploy import crd
 from tests.deploy.readme import code_blocks, section
@@ -58,12 +60,62 @@ def test_the_examples_apply_and_print_their_columns(plane: ControlPlane) -> None
     ]
     table = plane.kubectl("get", "nodeaddresspools", "-o", "wide").stdout.splitlines()
     assert table[0].split() == [
-        "NAME", "PRIORITY", "ADDRESS", "TYPES", "NAMESPACES", "NODES", "AGE",
+        "NAME", "PRIORITY", "ADDRESS", "TYPES", "NAMESPACES", "ACCEPTED", "NODES", "AGE",
     ]  # fmt: skip
     rows = {line.split()[0]: line for line in table[1:]}
     assert rows.keys() == {"team-a-edge", "team-b-high-ports", "nat-gateways"}
     assert rows["team-a-edge"].split()[1:3] == ["10", '["team-a"]']
     assert '["ExternalIP","InternalIP"]' in rows["nat-gateways"]
+
+
+def test_the_controller_writes_each_pools_accepted_condition(plane: ControlPlane) -> None:
+    """The Lease holder's JSON merge patch of ``nodeaddresspools/{name}/status`` passes the
+    real schema (metav1.Condition's reason pattern, date-time, required fields), kubectl's
+    ACCEPTED column reads it, and a label value the schema lets through is ``InvalidSpec``
+    naming the field; a spec change moves ``observedGeneration``."""
+    plane.kubectl("apply", "-f", str(crd.EXAMPLES / "multi-tenant/pools.yaml"))
+    bad = pool("bad-labels", nodeSelector={"matchLabels": {"role": "edge!"}})
+    plane.kubectl("apply", "-f", "-", input=bad)
+    with plane.api_client() as client:
+        controller = Controller(
+            settings=fast_settings(leader_elect=False), api_client=client, identity="pools-live"
+        )
+        controller.start()
+        try:
+            accepted = wait_until(
+                lambda: _accepted(plane, "team-a-edge", "bad-labels"), what="both written"
+            )
+            plane.kubectl("apply", "-f", "-", input=pool("bad-labels"))
+            fixed = wait_until(
+                lambda: _accepted(plane, "bad-labels", status="True"), what="the fix accepted"
+            )
+        finally:
+            controller.stop(timeout=5)
+    assert accepted["team-a-edge"]["status"] == "True", accepted
+    assert accepted["bad-labels"]["reason"] == "InvalidSpec"
+    assert accepted["bad-labels"]["message"].startswith("spec.nodeSelector: Invalid value")
+    assert fixed["bad-labels"]["observedGeneration"] == 2
+    rows = plane.kubectl("get", "nap").stdout.splitlines()
+    column = rows[0].index("ACCEPTED")  # by offset: empty cells print as blanks
+    row = next(line for line in rows if line.startswith("team-a-edge "))
+    assert row[column:].split()[0] == "True", rows
+    plane.kubectl("delete", "nap", "bad-labels")
+
+
+def _accepted(
+    plane: ControlPlane, *names: str, status: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """The stored Accepted condition of each pool of ``names`` that has one (of
+    ``status``, when given): all or nothing, empty until every one has."""
+    answer = json.loads(plane.kubectl("get", "nap", *names, "-o", "json").stdout)
+    items = answer.get("items", [answer])  # one name: the object itself
+    found = {
+        obj["metadata"]["name"]: cond
+        for obj in items
+        for cond in (obj.get("status") or {}).get("conditions") or []
+        if cond["type"] == pools.ACCEPTED and status in (None, cond["status"])
+    }
+    return found if len(found) == len(names) else {}
 
 
 def pool(name: str, **spec: Any) -> str:

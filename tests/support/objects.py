@@ -21,3 +21,13 @@ def event_body(namespace: str, name: str, index: int) -> dict[str, Any]:
         "type": "Normal",
         "regarding": {"apiVersion": "v1", "kind": "Service", "namespace": namespace, "name": name},
     }
+
+
+def node_address_pool(name: str, **spec: Any) -> dict[str, Any]:
+    """A ``NodeAddressPool`` (``node-ipam-lb.io/v1alpha1``) called ``name`` with ``spec``."""
+    return {
+        "apiVersion": "node-ipam-lb.io/v1alpha1",
+        "kind": "NodeAddressPool",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
