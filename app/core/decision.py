@@ -399,8 +399,9 @@ class Decider:
         self._nodes: object | None = None
         self._unhealthy: object | None = None
         self._pools: object | None = None
-        # key -> (Outcome, valid from, EndpointSlices it was computed with)
-        self._outcomes: dict[tuple[Any, ...], tuple[Outcome, float, tuple[Any, ...]]] = {}
+        # key -> (Outcome, valid from, EndpointSlices it was computed with, the pool whose
+        # name an empty Outcome's note holds)
+        self._outcomes: dict[tuple[Any, ...], tuple[Outcome, float, tuple[Any, ...], str]] = {}
         self._claims: dict[tuple[str, str], _ClaimEntry] = {}
         self.hits = 0
         """Outcomes answered from the memo (for tests and ``/metrics``-free diagnostics)."""
@@ -445,8 +446,18 @@ class Decider:
                 raise NotMemoised("node selector too long to memoise")
             return self._select(service, snap, slices, pool)
         key = selection_key(service)
-        if pool is not None:
-            key = (*key, pool.name)
+        name = ""
+        if pool is not None and (
+            pool.node_selector is not None
+            or pool.address_types is not None
+            or pool.ignore_exclude_label is not None
+        ):
+            # What the pool changes of select (its nodes and settings), not its name:
+            # Services of pools that narrow alike share an outcome, and those of a pool
+            # that narrows nothing share the one without pools. Only an empty outcome's
+            # note names the pool (NotInPool): it is used for that pool alone.
+            key = (*key, pool.node_selector, pool.address_types, pool.ignore_exclude_label)
+            name = pool.name
         now = snap.now
         with self._lock:
             if (
@@ -459,10 +470,11 @@ class Decider:
                 self._outcomes, self._addresses = {}, 0
             found = self._outcomes.get(key)
             if found is not None:
-                outcome, since, seen = found
+                outcome, since, seen, named = found
                 recheck = outcome.recheck_at
                 if (
-                    since <= now
+                    (named == name or outcome.ingress)
+                    and since <= now
                     and (recheck is None or now < recheck)
                     and len(seen) == len(slices)
                     and all(a is b or a == b for a, b in zip(seen, slices, strict=True))
@@ -487,7 +499,7 @@ class Decider:
                     self._addresses -= len(old[0].ingress or ())
                 if len(self._outcomes) >= self._max or self._addresses + size > MAX_ADDRESSES:
                     self._outcomes, self._addresses = {}, 0
-                self._outcomes[key] = (outcome, since, slices)
+                self._outcomes[key] = (outcome, since, slices, name)
                 self._addresses += size
         return outcome
 

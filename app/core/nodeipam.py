@@ -501,16 +501,27 @@ def summarise(
     ignore_label = settings.ignore_exclude_lb
     node_list = nodes.nodes
     matching = nodes.matching(selector)
+    narrowed = pool is not None and pool.node_selector is not None
     if pool is not None and pool.node_selector is not None:
-        inside = nodes.within(pool.node_selector)
-        matching = [i for i in matching if i in inside]
+        if service.external_traffic_policy == LOCAL:
+            # The endpoints' Nodes are few: check them against the pool's set below.
+            inside = nodes.within(pool.node_selector)
+            matching = matching if selector is not None else range(len(node_list))
+        elif selector is None:
+            # The pool's nodes, as an ascending memoised list: no walk over every Node.
+            matching = nodes.matching(pool.node_selector)
+        else:
+            inside = nodes.within(pool.node_selector)
+            matching = [i for i in matching if i in inside]
         if not matching:
             return None
     if service.external_traffic_policy == LOCAL:
         ready = nodes.positions(_ready_node_names(service, endpoint_slices))
-        # The pool's nodeSelector narrows ``matching`` even when the Service has none.
-        if selector is not None or (pool is not None and pool.node_selector is not None):
+        # The pool's nodeSelector narrows the candidates even when the Service has none.
+        if selector is not None:
             ready = [i for i in ready if _contains(matching, i)]
+        if narrowed:
+            ready = [i for i in ready if i in inside]
         positions = [i for i in ready if node_list[i].predicate_for(ignore_label) is None]
     else:
         positions = [i for i in matching if node_list[i].predicate_for(ignore_label) is None]

@@ -49,6 +49,9 @@ PROTOCOLS = ("TCP", "UDP", "SCTP")
 MAX_POOLS = 1024
 """Pools the schema's list bound would not stop; :class:`PoolSet` reads the first ones (by
 order) only, so one decision costs at most this many pool checks."""
+MAX_CHOICES = 16_384
+"""Namespaces (with their labels) whose pools a :class:`PoolSet` keeps (then it starts
+over)."""
 POOLS_SHOWN = 3
 """Pool names a refusal lists before "and N more"."""
 ACCEPTED = "Accepted"
@@ -183,10 +186,13 @@ class Pool:
 
     def allows_service(self, service: ServiceView) -> bool:
         """Whether ``serviceSelectors`` (none: every Service) match ``service``'s labels."""
-        if not self.service_selectors:
-            return True
-        labels = dict(service.labels)
-        return any(s is None or s.matches(labels) for s in self.service_selectors)
+        return not self.service_selectors or self.allows_labels(dict(service.labels))
+
+    def allows_labels(self, labels: Mapping[str, str]) -> bool:
+        """Whether ``serviceSelectors`` (none: every Service) match a Service's ``labels``."""
+        return not self.service_selectors or any(
+            s is None or s.matches(labels) for s in self.service_selectors
+        )
 
     def uncovered(self, ports: Iterable[tuple[str, int]]) -> tuple[str, int] | None:
         """The first ``(protocol, port)`` of ``ports`` that ``spec.ports`` does not grant,
@@ -389,12 +395,16 @@ class PoolSet:
         pools: the pools (any order); only the first :data:`MAX_POOLS` in order are read.
     """
 
-    __slots__ = ("invalid", "pools")
+    __slots__ = ("_by_labels", "_in_namespace", "invalid", "pools")
 
     def __init__(self, pools: Iterable[Pool] = ()) -> None:
         ordered = sorted(pools, key=lambda p: p.order)
         self.pools: tuple[Pool, ...] = tuple(ordered[:MAX_POOLS])
         self.invalid: tuple[Pool, ...] = tuple(p for p in self.pools if p.error is not None)
+        self._by_labels = any(p.service_selectors for p in self.pools)
+        # (namespace, its labels) -> the pools that allow it, in order: one pass over the
+        # pools' namespace rules per namespace, not per Service.
+        self._in_namespace: dict[tuple[Any, ...], tuple[Pool, ...]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.pools)
@@ -417,8 +427,18 @@ class PoolSet:
             return NO_POOLS
         namespace = service.namespace
         labels = namespace_labels(namespace)
-        in_namespace = [p for p in self.pools if p.allows_namespace(namespace, labels)]
-        applying = [p for p in in_namespace if p.allows_service(service)]
+        key = (namespace, None if labels is None else tuple(sorted(labels.items())))
+        in_namespace = self._in_namespace.get(key)
+        if in_namespace is None:
+            in_namespace = tuple(p for p in self.pools if p.allows_namespace(namespace, labels))
+            if len(self._in_namespace) >= MAX_CHOICES:
+                self._in_namespace.clear()
+            self._in_namespace[key] = in_namespace
+        if self._by_labels:
+            own = dict(service.labels)
+            applying = tuple(p for p in in_namespace if p.allows_labels(own))
+        else:
+            applying = in_namespace
         if not applying:
             summary = (
                 f"serviceSelectors of NodeAddressPool {in_namespace[0].name} match none of its"
