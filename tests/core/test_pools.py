@@ -378,3 +378,22 @@ def test_admission_warns_a_selector_that_picks_only_nodes_outside_the_pool() -> 
     inside = copy.deepcopy(outside)
     inside["metadata"]["annotations"] = {SETTINGS.match_node_labels_annotation: "role=edge"}
     assert not any("NodeAddressPool" in w for w in review_with_pools(inside, TENANTS).warnings)
+
+
+def test_pools_that_narrow_alike_share_outcomes_but_name_their_own_refusals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The memo keys a pooled Service by what its pool changes of select: two pools with
+    one nodeSelector share a computed outcome; an empty one (its note names the pool) is
+    computed again for the other pool, so each Service's Event names its own pool."""
+    edge = {"matchLabels": {"role": "edge"}}
+    objects = [
+        pool("a", nodeSelector=edge, serviceAllocation={"namespaces": ["team-a"]}),
+        pool("b", nodeSelector=edge, serviceAllocation={"namespaces": ["team-b"]}),
+    ]
+    decider, state = Decider(SETTINGS), snap(objects)
+    assert ingress(decider, svc("team-a", 80), state) == ingress(decider, svc("team-b", 80), state)
+    assert (decider.misses, decider.hits) == (1, 1)
+    empty_a = decider.decide(svc("team-a", 80, selector="role=worker"), state)
+    empty_b = decider.decide(svc("team-b", 80, selector="role=worker"), state)
+    assert "NodeAddressPool a " in empty_a.reason and "NodeAddressPool b " in empty_b.reason
