@@ -654,8 +654,26 @@ def _advertise(
     ingress: list[dict[str, str]] = []
     for family in families:
         table = v4 if family == IPV4 else v6
-        ingress += [{"ip": table[value], "ipMode": mode} for value in sorted(table)]
+        ingress += [_entry(table[value], mode) for value in sorted(table)]
     return ingress, selected, recheck_at
+
+
+_ENTRIES: dict[tuple[str, str], dict[str, str]] = {}
+MAX_ENTRIES = 262_144
+"""Ingress entries :func:`_entry` keeps (then it starts over): a few per Node."""
+
+
+def _entry(ip: str, mode: str) -> dict[str, str]:
+    """The ingress entry ``{"ip": ip, "ipMode": mode}``, one object per address and mode
+    for every Selection (read-only: callers copy before they add ``ports``,
+    :func:`app.core.status.with_ports`): the memoised outcomes of thousands of Services
+    over the same Nodes then share their entries (bench/README.md §13)."""
+    found = _ENTRIES.get((ip, mode))
+    if found is None:
+        if len(_ENTRIES) >= MAX_ENTRIES:
+            _ENTRIES.clear()
+        found = _ENTRIES[ip, mode] = {"ip": ip, "ipMode": mode}
+    return found
 
 
 def _selector(

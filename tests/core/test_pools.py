@@ -397,3 +397,13 @@ def test_pools_that_narrow_alike_share_outcomes_but_name_their_own_refusals(
     empty_a = decider.decide(svc("team-a", 80, selector="role=worker"), state)
     empty_b = decider.decide(svc("team-b", 80, selector="role=worker"), state)
     assert "NodeAddressPool a " in empty_a.reason and "NodeAddressPool b " in empty_b.reason
+
+
+def test_outcomes_share_their_ingress_entries() -> None:
+    """Memory at scale (bench/README.md §13): two outcomes over the same node address hold
+    one entry object, never a copy each."""
+    decider, state = Decider(SETTINGS), snap(TENANTS)
+    a = decider.decide(svc("team-a", 80, 443), state)
+    b = decider.decide(svc("team-b", 8080), state)
+    assert a.ingress and b.ingress
+    assert a.ingress[0] == b.ingress[0] and a.ingress[0] is b.ingress[0]
