@@ -214,10 +214,11 @@ class ClusterCache:
         elif kind == "endpointslices":
             self._index_slice_locked(key, old, new)
         elif (kind == "nodeaddresspools" and old != new) or (
-            kind == "namespaces" and self._pool_set
+            kind == "namespaces" and self._pool_set and old != new
         ):
             # A pool's view equal to the last one changed in status alone (its Accepted
-            # condition, metadata.generation: compare=False): the PoolSet stays.
+            # condition, metadata.generation: compare=False), a namespace's in something
+            # but its labels: the PoolSet (and every memoised decision) stays.
             self._pool_set = None
 
     def _index_slice_locked(

@@ -599,7 +599,7 @@ class Controller:
                 return list(self._managed)
         if not self.cache.pools():
             return []
-        names = {key for key, _, _ in changes}
+        names = {key for key, old, new in changes if old != new}
         with self._lock:
             return [key for key, view in self._managed.items() if view.namespace in names]
 

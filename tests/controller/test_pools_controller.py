@@ -12,6 +12,8 @@ from typing import Any
 
 from app.controller.cache import ClusterCache
 from app.controller.informer import Informer
+from app.core.pools import pool_from_object
+from app.core.views import NamespaceView
 from app.kube.client import ApiError
 from tests.controller.memory_api import MemoryAPI
 from tests.controller.support import Start, converged, node, service, wait_until
@@ -185,3 +187,16 @@ def test_a_malformed_selector_keeps_no_stored_address_outside_its_pool(
     wait_until(
         lambda: "StaleIngressWithdrawn" in reasons_for(memory_api, "old"), what="the Warning"
     )
+
+
+def test_a_namespace_update_that_keeps_its_labels_keeps_every_decision() -> None:
+    """Only a change of a namespace's labels (what pools read) makes a new PoolSet, which
+    starts every memoised decision over."""
+    cache = ClusterCache()
+    cache.replace("nodeaddresspools", {"p": pool_from_object(pool("p"))})
+    cache.put("namespaces", "team-a", NamespaceView("team-a", (("tenant", "a"),)))
+    first = cache.pools()
+    cache.put("namespaces", "team-a", NamespaceView("team-a", (("tenant", "a"),)))
+    assert cache.pools() is first
+    cache.put("namespaces", "team-a", NamespaceView("team-a", (("tenant", "b"),)))
+    assert cache.pools() is not first
