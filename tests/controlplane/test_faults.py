@@ -218,4 +218,16 @@ def test_a_stopped_webhook_times_out_is_ignored_and_the_reconciler_reports(
     assert got.returncode != 0 and "denied the request" in got.stderr, got.stderr
     figures = seen.figures
     assert not figures["not_leader"] and not figures["double"], figures["not_leader"]
-    assert not any(key.endswith("/bad-selector") for _, _, key, _, _ in figures["writes"])
+    # The leader writes no ingress for it, only our NodesServing condition (reason
+    # InvalidNodeSelector, docs/design.md §5).
+    bad = [
+        json.loads(body)
+        for _, _, key, body, _ in figures["writes"]
+        if key.endswith("/bad-selector")
+    ]
+    assert all("loadBalancer" not in (b or {}).get("status", {}) for b in bad), bad
+    assert all(
+        c.get("reason") == "InvalidNodeSelector"
+        for b in bad
+        for c in (b or {}).get("status", {}).get("conditions", [])
+    ), bad

@@ -16,6 +16,7 @@ from app.config import Settings
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import is_managed
 from app.core.options import SelectionSettings
+from app.core.pools import NO_POOL_SET, PoolSet
 from app.core.ports import PortIndex, PortKey
 from app.core.views import EndpointSliceView, NodeView, PodView, ServiceView, service_view
 from app.web.app import create_app
@@ -69,9 +70,19 @@ class FakeCache:
     pod_views: list[PodView] = field(default_factory=list)
     selection: SelectionSettings = field(default_factory=SelectionSettings)
     """Decides which Services the port index counts as managed (as ClusterCache's)."""
+    pool_set: PoolSet = NO_POOL_SET
+    """The NodeAddressPools (docs/design.md §4.13; as ClusterCache.pools())."""
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Namespaces' labels by name."""
 
     def nodes(self) -> list[NodeView]:
         return list(self.node_views)
+
+    def pools(self) -> PoolSet:
+        return self.pool_set
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        return self.labels.get(name)
 
     def unsynced(self) -> tuple[str, ...]:
         return () if self.synced else ("nodes", "services", "endpointslices", "pods")
