@@ -26,7 +26,7 @@ def test_bench_readme_needs_no_inside_knowledge() -> None:
 
 def test_readme_says_how_long_setup_and_tests_take_and_what_the_real_api_tier_needs() -> None:
     top = README.split("## ", 1)[0]
-    assert "Setup takes about 3 minutes" in top and "the test run about 25 minutes" in top
+    assert "Setup takes about 3 minutes" in top and "the test run about 30 minutes" in top
     assert "needs Go" in top
     assert "](#tests-against-a-real-api-server)" in top
     assert "\n## Tests against a real API server\n" in README
