@@ -160,22 +160,18 @@ def test_a_malformed_selector_keeps_no_stored_address_outside_its_pool(
     Service's pool: addresses it got before the pools (or the webhook) go, and claim no
     port, so the tenant the administrator gave those nodes gets them."""
     seed(memory_api)
-    memory_api.apply(
-        "nodeaddresspools",
-        pool(
-            "team-a-edge",
-            nodeSelector={"matchLabels": {"role": "edge"}},
-            serviceAllocation={"namespaces": ["team-a"]},
-        ),
-    )
-    memory_api.apply(
-        "nodeaddresspools",
-        pool(
-            "team-b-workers",
-            nodeSelector={"matchLabels": {"role": "worker"}},
-            serviceAllocation={"namespaces": ["team-b"]},
-        ),
-    )
+    for name, role, tenant in (
+        ("team-a-edge", "edge", "team-a"),
+        ("team-b-workers", "worker", "team-b"),
+    ):
+        memory_api.apply(
+            "nodeaddresspools",
+            pool(
+                name,
+                nodeSelector={"matchLabels": {"role": role}},
+                serviceAllocation={"namespaces": [tenant]},
+            ),
+        )
     memory_api.apply(
         "services",
         service("old", namespace="team-a", port=80, selector="role in (edge", ingress=["10.0.1.1"]),
