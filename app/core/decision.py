@@ -38,6 +38,7 @@ from app.core.nodeipam import (
     Selection,
     Summary,
     apply_ownership,
+    has_candidates,
     is_managed,
     select,
     summarise,
@@ -67,6 +68,9 @@ together (then it starts over): a selector that matches 5,000 Nodes makes an Out
 5,000 addresses, so the entry count alone would not bound memory (~0.2 KB per address)."""
 MAX_CLAIMS = 65_536
 """Rivals' port-ownership claims a :class:`Decider` keeps at most (then it starts over)."""
+NO_CANDIDATE = "no candidate"
+"""Ends the memo key of an ``externalTrafficPolicy: Local`` Service without a candidate
+(:func:`~app.core.nodeipam.has_candidates`), in place of its namespace and name."""
 MAX_SELECTOR_CHARS = 4096
 """A Service whose node selector annotation is longer is never memoised (each entry's key
 holds the annotation: 4,096 entries of 256 KiB annotations would pin 1 GiB); such Services
@@ -439,13 +443,25 @@ class Decider:
         pool = choice.pool
         local = service.external_traffic_policy == "Local"
         slices = tuple(snap.endpoint_slices_of(service.namespace, service.name)) if local else ()
-        if len(service.match_node_labels or "") > MAX_SELECTOR_CHARS or (
-            local and not self._memo_local
-        ):
+        long = len(service.match_node_labels or "") > MAX_SELECTOR_CHARS
+        if (
+            local
+            and not long
+            and has_candidates(
+                service=service, nodes=snap.nodes, endpoint_slices=slices,
+                settings=self.settings, pool=pool,
+            ) is False
+        ):  # fmt: skip
+            # No candidate at all (every ready endpoint is outside the selector, the pool
+            # or the predicates): the outcome without EndpointSlices, which every such
+            # Service of the same selection fields shares (has_candidates).
+            key, slices = (*selection_key(service)[:-2], NO_CANDIDATE), ()
+        elif long or (local and not self._memo_local):
             if not compute:
                 raise NotMemoised("node selector too long to memoise")
             return self._select(service, snap, slices, pool)
-        key = selection_key(service)
+        else:
+            key = selection_key(service)
         name = ""
         if pool is not None and (
             pool.node_selector is not None

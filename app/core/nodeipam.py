@@ -460,6 +460,82 @@ def select(
     )  # fmt: skip
 
 
+def _candidates(
+    service: ServiceView,
+    nodes: NodeIndex,
+    endpoint_slices: Iterable[EndpointSliceView],
+    settings: SelectionSettings,
+    pool: Pool | None,
+) -> (
+    tuple[SelectionSettings, Selector | None, list[str], tuple[str, ...], Sequence[int], list[int]]
+    | None
+):
+    """:func:`summarise`'s walk: the settings (the pool's applied), the parsed selector,
+    the warnings so far, the families, the positions the selector matches (within the
+    pool, but all of them for eTP=Local) and the candidates' positions, ascending: the
+    Nodes that pass the selector, the pool, the KEP-3458 predicates and for eTP=Local the
+    ready-endpoint filter. ``None``: not managed, or a malformed selector."""
+    if not is_managed(service, settings)[0]:
+        return None
+    if pool is not None:
+        settings = pool.settings(settings)
+    ignored: list[str] = []
+    try:
+        selector = _selector(service, settings, ignored)
+    except SelectorError:
+        return None
+    families = _families(service, ignored)
+    ignore_label = settings.ignore_exclude_lb
+    node_list = nodes.nodes
+    matching = nodes.matching(selector)
+    narrowed = pool is not None and pool.node_selector is not None
+    if pool is not None and pool.node_selector is not None:
+        if service.external_traffic_policy == LOCAL:
+            # The endpoints' Nodes are few: check them against the pool's set below.
+            inside = nodes.within(pool.node_selector)
+            matching = matching if selector is not None else range(len(node_list))
+        elif selector is None:
+            # The pool's nodes, as an ascending memoised list: no walk over every Node.
+            matching = nodes.matching(pool.node_selector)
+        else:
+            inside = nodes.within(pool.node_selector)
+            matching = [i for i in matching if i in inside]
+        if not matching:
+            return settings, selector, ignored, families, matching, []
+    if service.external_traffic_policy == LOCAL:
+        ready = nodes.positions(_ready_node_names(service, endpoint_slices))
+        # The pool's nodeSelector narrows the candidates even when the Service has none.
+        if selector is not None:
+            ready = [i for i in ready if _contains(matching, i)]
+        if narrowed:
+            ready = [i for i in ready if i in inside]
+        positions = [i for i in ready if node_list[i].predicate_for(ignore_label) is None]
+    else:
+        positions = [i for i in matching if node_list[i].predicate_for(ignore_label) is None]
+    return settings, selector, ignored, families, matching, positions
+
+
+def has_candidates(
+    *,
+    service: ServiceView,
+    nodes: NodeIndex,
+    endpoint_slices: Iterable[EndpointSliceView],
+    settings: SelectionSettings,
+    pool: Pool | None = None,
+) -> bool | None:
+    """Whether any Node passes ``service``'s selector, ``pool``, the KEP-3458 predicates
+    and (eTP=Local) the ready-endpoint filter (docs/design.md §4.1-§4.3, §4.13); ``None``
+    when the Service is not managed or its selector is malformed.
+
+    When it is ``False``, :func:`select` gives an eTP=Local Service the Selection it would
+    give with no EndpointSlice at all (every eligible Node's verdict is
+    ``NoReadyEndpoint`` either way, a ready Node the selector or pool leaves out keeps its
+    ``SelectorMismatch``/``NotInPool``): the decision path keys such an outcome without
+    the Service's name. Never raises on content."""
+    front = _candidates(service, nodes, endpoint_slices, settings, pool)
+    return None if front is None else bool(front[5])
+
+
 def summarise(
     *,
     service: ServiceView,
@@ -487,44 +563,14 @@ def summarise(
     matches and no KEP-3458 predicate drops, the same candidates in the same order.
     Never raises on content.
     """
-    if not is_managed(service, settings)[0]:
+    front = _candidates(service, nodes, endpoint_slices, settings, pool)
+    if front is None:
         return None
-    if pool is not None:
-        settings = pool.settings(settings)
-    ignored: list[str] = []
-    try:
-        selector = _selector(service, settings, ignored)
-    except SelectorError:
+    settings, selector, ignored, families, matching, positions = front
+    if not positions:
         return None
-    families = _families(service, ignored)
     wanted = FAMILY_BIT[families[0]] | (FAMILY_BIT[families[1]] if len(families) > 1 else 0)
-    ignore_label = settings.ignore_exclude_lb
     node_list = nodes.nodes
-    matching = nodes.matching(selector)
-    narrowed = pool is not None and pool.node_selector is not None
-    if pool is not None and pool.node_selector is not None:
-        if service.external_traffic_policy == LOCAL:
-            # The endpoints' Nodes are few: check them against the pool's set below.
-            inside = nodes.within(pool.node_selector)
-            matching = matching if selector is not None else range(len(node_list))
-        elif selector is None:
-            # The pool's nodes, as an ascending memoised list: no walk over every Node.
-            matching = nodes.matching(pool.node_selector)
-        else:
-            inside = nodes.within(pool.node_selector)
-            matching = [i for i in matching if i in inside]
-        if not matching:
-            return None
-    if service.external_traffic_policy == LOCAL:
-        ready = nodes.positions(_ready_node_names(service, endpoint_slices))
-        # The pool's nodeSelector narrows the candidates even when the Service has none.
-        if selector is not None:
-            ready = [i for i in ready if _contains(matching, i)]
-        if narrowed:
-            ready = [i for i in ready if i in inside]
-        positions = [i for i in ready if node_list[i].predicate_for(ignore_label) is None]
-    else:
-        positions = [i for i in matching if node_list[i].predicate_for(ignore_label) is None]
     candidates = [node_list[i] for i in positions]
     verdicts: list[NodeVerdict | None] = [None] * len(candidates)
     ingress, selected, recheck_at = _advertise(

@@ -50,8 +50,8 @@ MAX_POOLS = 1024
 """Pools the schema's list bound would not stop; :class:`PoolSet` reads the first ones (by
 order) only, so one decision costs at most this many pool checks."""
 MAX_CHOICES = 16_384
-"""Namespaces (with their labels) whose pools a :class:`PoolSet` keeps (then it starts
-over)."""
+"""Namespaces (with their labels and the Service label values pools read) whose pools a
+:class:`PoolSet` keeps (then it starts over)."""
 POOLS_SHOWN = 3
 """Pool names a refusal lists before "and N more"."""
 ACCEPTED = "Accepted"
@@ -395,16 +395,30 @@ class PoolSet:
         pools: the pools (any order); only the first :data:`MAX_POOLS` in order are read.
     """
 
-    __slots__ = ("_by_labels", "_in_namespace", "invalid", "pools")
+    __slots__ = ("_applying", "_by_labels", "_chosen", "_label_keys", "invalid", "pools")
 
     def __init__(self, pools: Iterable[Pool] = ()) -> None:
         ordered = sorted(pools, key=lambda p: p.order)
         self.pools: tuple[Pool, ...] = tuple(ordered[:MAX_POOLS])
         self.invalid: tuple[Pool, ...] = tuple(p for p in self.pools if p.error is not None)
         self._by_labels = any(p.service_selectors for p in self.pools)
-        # (namespace, its labels) -> the pools that allow it, in order: one pass over the
-        # pools' namespace rules per namespace, not per Service.
-        self._in_namespace: dict[tuple[Any, ...], tuple[Pool, ...]] = {}
+        # The label keys any pool's serviceSelectors read (a requirement reads its key only).
+        self._label_keys: tuple[str, ...] = tuple(
+            sorted(
+                {
+                    r.key
+                    for p in self.pools
+                    for s in p.service_selectors
+                    if s is not None
+                    for r in s.requirements
+                }
+            )
+        )
+        # (namespace, its labels, a Service's values of _label_keys) -> the pools that
+        # allow the namespace, and those of them that apply to the Service, in order: one
+        # pass over the pools' rules per namespace and label values, not per Service.
+        self._applying: dict[tuple[Any, ...], tuple[tuple[Pool, ...], tuple[Pool, ...]]] = {}
+        self._chosen = {p.name: Choice(pool=p) for p in self.pools}
 
     def __bool__(self) -> bool:
         return bool(self.pools)
@@ -427,18 +441,26 @@ class PoolSet:
             return NO_POOLS
         namespace = service.namespace
         labels = namespace_labels(namespace)
-        key = (namespace, None if labels is None else tuple(sorted(labels.items())))
-        in_namespace = self._in_namespace.get(key)
-        if in_namespace is None:
+        # Only the label keys the pools' serviceSelectors read can change which apply.
+        own = dict(service.labels) if self._label_keys else {}
+        key = (
+            namespace,
+            None if labels is None else tuple(sorted(labels.items())),
+            tuple([own.get(k) for k in self._label_keys]),
+        )
+        found = self._applying.get(key)
+        if found is None:
             in_namespace = tuple(p for p in self.pools if p.allows_namespace(namespace, labels))
-            if len(self._in_namespace) >= MAX_CHOICES:
-                self._in_namespace.clear()
-            self._in_namespace[key] = in_namespace
-        if self._by_labels:
-            own = dict(service.labels)
-            applying = tuple(p for p in in_namespace if p.allows_labels(own))
-        else:
-            applying = in_namespace
+            applying = (
+                tuple(p for p in in_namespace if p.allows_labels(own))
+                if self._by_labels
+                else in_namespace
+            )
+            found = (in_namespace, applying)
+            if len(self._applying) >= MAX_CHOICES:
+                self._applying.clear()
+            self._applying[key] = found
+        in_namespace, applying = found
         if not applying:
             summary = (
                 f"serviceSelectors of NodeAddressPool {in_namespace[0].name} match none of its"
@@ -453,7 +475,7 @@ class PoolSet:
             )
         for pool in applying:
             if pool.uncovered(service.ports) is None:
-                return Choice(pool=pool)
+                return self._chosen[pool.name]
         ungranted = [
             key for key in service.ports if all(p.uncovered((key,)) is not None for p in applying)
         ]

@@ -18,7 +18,7 @@ import yaml
 
 from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
-from app.core.nodeipam import Summary, select, summarise
+from app.core.nodeipam import Summary, has_candidates, select, summarise
 from app.core.options import SelectionSettings
 from app.core.pools import pool_from_object
 from app.core.views import (
@@ -248,3 +248,69 @@ def test_a_local_service_without_a_selector_stays_inside_its_pools_nodes() -> No
     got = summarise(endpoint_slices=both, **args)
     assert got is not None and got.ingress == select(endpoint_slices=both, **args).ingress
     assert [e["ip"] for e in got.ingress] == ["10.0.0.1"]
+
+
+CANDIDATE_CODES = {"Selected", "ExternalIPPreferred", "NoAddressOfFamily", "NotReady", "Unhealthy"}
+"""Verdicts only a candidate gets (``_advertise``'s): a Node that passed the selector, the
+pool, the KEP-3458 predicates and the ready-endpoint filter."""
+RANDOM_POOLS = (
+    None,
+    pool_from_object(
+        {"metadata": {"name": "ab"}, "spec": {"nodeSelector": {"matchLabels": {"zone": "z1"}}}}
+    ),
+    pool_from_object(
+        {
+            "metadata": {"name": "both"},
+            "spec": {
+                "nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "Exists"}]},
+                "addressTypes": ["ExternalIP", "InternalIP"],
+                "ignoreExcludeLabel": True,
+            },
+        }
+    ),
+)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_local_service_without_candidates_selects_as_if_it_had_no_endpoints(seed: int) -> None:
+    """``has_candidates`` is what lets the decision path share the outcome of every
+    eTP=Local Service without a candidate (app/core/decision.py): when it says ``False``,
+    ``select`` gives the Selection it gives with no EndpointSlice at all; it says ``True``
+    exactly when some Node gets a candidate's verdict, ``None`` exactly when ``select``
+    does not select (not managed, malformed selector)."""
+    rng = random.Random(seed)
+    nodes = [random_node(rng, i) for i in range(rng.randint(0, 30))]
+    names = [n.name for n in nodes] + ["n999"]
+    options = SelectionSettings(
+        exclude_not_ready_nodes=rng.random() < 0.5,
+        per_node_address_fallback=rng.random() < 0.3,
+    )
+    index = NodeIndex(nodes)
+    unhealthy = {n.name: "down" for n in nodes if rng.random() < 0.3}
+    seen = set()
+    for i in range(25):
+        svc = random_service(rng, i)
+        pool = rng.choice(RANDOM_POOLS)
+        slices = [
+            endpoint_slice(
+                svc.name,
+                [endpoint(rng.choice(names), ready=rng.choice((True, None, False)))],
+                name=f"{svc.name}-{k}",
+            )
+            for k in range(rng.randint(0, 2))
+        ]
+        args: dict[str, Any] = {
+            "service": svc, "nodes": index, "settings": options, "pool": pool,
+        }  # fmt: skip
+        has = has_candidates(endpoint_slices=slices, **args)
+        full = select(endpoint_slices=slices, now=NOW, unhealthy=unhealthy, **args)
+        seen.add(has)
+        if has is None:
+            assert full.ingress is None or not full.managed, (seed, i)
+            continue
+        assert has == any(v.code in CANDIDATE_CODES for v in full.nodes), (seed, i, svc)
+        if not has and svc.external_traffic_policy == "Local":
+            bare = select(endpoint_slices=(), now=NOW, unhealthy=unhealthy, **args)
+            assert full == bare, (seed, i, svc)
+    if len(nodes) > 10:
+        assert {True, False} <= seen, "the generator never covered both answers"
