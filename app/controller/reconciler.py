@@ -506,7 +506,7 @@ class Reconciler:
             uid=uid,
         )
         port_note = (
-            f"{len(outcome.ips)} address(es) published; not published: {outcome.port_note}"
+            f"{len(outcome.ingress)} address(es) published; not published: {outcome.port_note}"
             if outcome.port_note is not None and outcome.ingress
             else None
         )

@@ -35,8 +35,10 @@ from app.core.codes import EXTERNAL_IP_PREFERRED, PORT_IN_USE, UNHEALTHY
 from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import (
+    MEMO_ENTRIES,
     Selection,
     Summary,
+    SummaryMemo,
     apply_ownership,
     has_candidates,
     is_managed,
@@ -160,7 +162,7 @@ class Outcome:
     ``None``), the notes of the ``NoEligibleNodes`` Warning and the ``ExternalIPPreferred``
     Normal Event (``None`` when they do not apply), and for the state metrics the Selection's
     ``code`` and how many Nodes are ``selected`` and ``hidden`` (ExternalIPPreferred).
-    ``ips`` holds the ingress addresses (the candidates port ownership competes with);
+    :attr:`ips` gives the ingress addresses as a set (the candidates port ownership competes with);
     ``port_note`` says which were not published and why (docs/design.md §4.9);
     ``unhealthy`` counts the candidates health checks keep out and ``unhealthy_note``
     names them (§4.11), ``unhealthy_advertised`` the nodes advertised although every
@@ -177,7 +179,6 @@ class Outcome:
     code: str
     selected: int
     hidden: int
-    ips: frozenset[str] = frozenset()
     port_note: str | None = None
     unhealthy: int = 0
     unhealthy_note: str | None = None
@@ -189,6 +190,12 @@ class Outcome:
         """The ``AllNodesUnhealthy`` Warning's note (:func:`all_unhealthy_note` of the
         nodes advertised although every candidate fails its health checks)."""
         return all_unhealthy_note(self.unhealthy_advertised)
+
+    @property
+    def ips(self) -> frozenset[str]:
+        """The ingress addresses as a set (computed on each call: thousands of kept
+        Outcomes would each hold one, bench/README.md §13)."""
+        return frozenset(entry["ip"] for entry in self.ingress or ())
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -223,7 +230,6 @@ class Outcome:
             unhealthy_advertised=tuple(n for n in self.unhealthy_advertised if n in nodes),
             code=code,
             selected=len(nodes - {None}),
-            ips=frozenset(e["ip"] for e in kept),
             port_note=note,
         )
 
@@ -245,7 +251,6 @@ class Outcome:
             code=selection.code,
             selected=selected,
             hidden=len(hidden),
-            ips=frozenset(e["ip"] for e in selection.ingress or ()),
             unhealthy=len(failing),
             unhealthy_note=unhealthy_note(failing),
             dropped=frozenset(v.code for v in selection.nodes) if none else frozenset(),
@@ -281,7 +286,6 @@ class Outcome:
             code=ASSIGNED,
             selected=summary.advertised,
             hidden=len(summary.hidden),
-            ips=frozenset(e["ip"] for e in summary.ingress),
             unhealthy=len(summary.unhealthy),
             unhealthy_note=unhealthy_note(summary.unhealthy),
             unhealthy_advertised=summary.advertised_unhealthy,
@@ -407,6 +411,10 @@ class Decider:
         # name an empty Outcome's note holds)
         self._outcomes: dict[tuple[Any, ...], tuple[Outcome, float, tuple[Any, ...], str]] = {}
         self._claims: dict[tuple[str, str], _ClaimEntry] = {}
+        # summarise's results by candidates (shared by Services whose selectors, pools or
+        # endpoints leave the same Nodes), and the Outcome of each, by the result's id.
+        self._summaries = SummaryMemo()
+        self._of_summary: dict[int, tuple[Summary, Outcome]] = {}
         self.hits = 0
         """Outcomes answered from the memo (for tests and ``/metrics``-free diagnostics)."""
         self.misses = 0
@@ -476,14 +484,7 @@ class Decider:
             name = pool.name
         now = snap.now
         with self._lock:
-            if (
-                self._nodes is not snap.nodes
-                or self._unhealthy is not snap.unhealthy
-                or self._pools is not snap.pools
-            ):
-                self._nodes, self._unhealthy = snap.nodes, snap.unhealthy
-                self._pools = snap.pools
-                self._outcomes, self._addresses = {}, 0
+            self._follow(snap)
             found = self._outcomes.get(key)
             if found is not None:
                 outcome, since, seen, named = found
@@ -519,6 +520,19 @@ class Decider:
                 self._addresses += size
         return outcome
 
+    def _follow(self, snap: Snapshot) -> None:
+        """Start the memos over when ``snap``'s Node snapshot, health view or pools are
+        not those they were kept for. Call with the lock held."""
+        if (
+            self._nodes is not snap.nodes
+            or self._unhealthy is not snap.unhealthy
+            or self._pools is not snap.pools
+        ):
+            self._nodes, self._unhealthy = snap.nodes, snap.unhealthy
+            self._pools = snap.pools
+            self._outcomes, self._addresses = {}, 0
+            self._summaries, self._of_summary = SummaryMemo(), {}
+
     def _select(
         self,
         service: ServiceView,
@@ -537,10 +551,20 @@ class Decider:
         }
         # summarise walks only the candidates (for eTP=Local: the endpoints' Nodes); it
         # answers None when the outcome needs select's verdicts (empty ingress, errors).
-        summary = summarise(**inputs)
-        if summary is not None:
-            return Outcome.of_summary(summary)
-        return Outcome.of(select(**inputs))
+        with self._lock:
+            self._follow(snap)
+            memo, shared = self._summaries, self._of_summary
+        summary = summarise(**inputs, memo=memo)
+        if summary is None:
+            return Outcome.of(select(**inputs))
+        found = shared.get(id(summary))
+        if found is not None and found[0] is summary:
+            return found[1]
+        outcome = Outcome.of_summary(summary)
+        if len(shared) >= MEMO_ENTRIES:
+            shared.clear()
+        shared[id(summary)] = (summary, outcome)
+        return outcome
 
     def candidates(
         self, service: ServiceView, snap: Snapshot, *, compute: bool = True
@@ -570,8 +594,8 @@ class Decider:
         pool = choice.pool
         if pool is None or pool.node_selector is None:
             return frozenset()
-        inside = snap.nodes.within(pool.node_selector)
-        names = {snap.nodes.nodes[i].name for i in inside}
+        nodes = snap.nodes.nodes
+        names = {nodes[i].name for i in snap.nodes.matching(pool.node_selector)}
         return frozenset(
             ip for ip in stored_vip_ips(service) if snap.nodes.node_of(ip) not in names
         )
@@ -679,7 +703,7 @@ class Decider:
         :meth:`ownership` of its candidates (an outcome with no ingress, a malformed
         selector's, comes back as it is)."""
         outcome = self.outcome(service, snap)
-        if not outcome.ips:
+        if not outcome.ingress:
             return outcome
         return outcome.after_ports(
             self.ownership(service, outcome.candidates, snap), snap.nodes.node_of

@@ -19,6 +19,7 @@ Node snapshot when the caller passes a :class:`NodeIndex` (the reconciler does).
 from __future__ import annotations
 
 import json
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -419,10 +420,10 @@ def select(
         inside = index.within(pool.node_selector)
         key = (NOT_IN_POOL, pool.name, pool.describe_nodes())
         for i in matching:
-            if i not in inside:
+            if not inside[i]:
                 node = node_list[i]
                 verdicts[i] = node.verdict_cache.get(key) or new_verdict(node, key)
-        matching = [i for i in matching if i in inside]
+        matching = [i for i in matching if inside[i]]
     matched = len(matching)
     indices, candidates, eligible = _filter_nodes(
         nodes=node_list,
@@ -466,15 +467,11 @@ def _candidates(
     endpoint_slices: Iterable[EndpointSliceView],
     settings: SelectionSettings,
     pool: Pool | None,
-) -> (
-    tuple[SelectionSettings, Selector | None, list[str], tuple[str, ...], Sequence[int], list[int]]
-    | None
-):
-    """:func:`summarise`'s walk: the settings (the pool's applied), the parsed selector,
-    the warnings so far, the families, the positions the selector matches (within the
-    pool, but all of them for eTP=Local) and the candidates' positions, ascending: the
-    Nodes that pass the selector, the pool, the KEP-3458 predicates and for eTP=Local the
-    ready-endpoint filter. ``None``: not managed, or a malformed selector."""
+) -> tuple[SelectionSettings, list[str], tuple[str, ...], list[int]] | None:
+    """:func:`summarise`'s walk: the settings (the pool's applied), the warnings so far,
+    the families and the candidates' positions, ascending: the Nodes that pass the
+    selector, the pool, the KEP-3458 predicates and for eTP=Local the ready-endpoint
+    filter. ``None``: not managed, or a malformed selector."""
     if not is_managed(service, settings)[0]:
         return None
     if pool is not None:
@@ -499,20 +496,20 @@ def _candidates(
             matching = nodes.matching(pool.node_selector)
         else:
             inside = nodes.within(pool.node_selector)
-            matching = [i for i in matching if i in inside]
+            matching = [i for i in matching if inside[i]]
         if not matching:
-            return settings, selector, ignored, families, matching, []
+            return settings, ignored, families, []
     if service.external_traffic_policy == LOCAL:
         ready = nodes.positions(_ready_node_names(service, endpoint_slices))
         # The pool's nodeSelector narrows the candidates even when the Service has none.
         if selector is not None:
             ready = [i for i in ready if _contains(matching, i)]
         if narrowed:
-            ready = [i for i in ready if i in inside]
+            ready = [i for i in ready if inside[i]]
         positions = [i for i in ready if node_list[i].predicate_for(ignore_label) is None]
     else:
         positions = [i for i in matching if node_list[i].predicate_for(ignore_label) is None]
-    return settings, selector, ignored, families, matching, positions
+    return settings, ignored, families, positions
 
 
 def has_candidates(
@@ -533,7 +530,42 @@ def has_candidates(
     ``SelectorMismatch``/``NotInPool``): the decision path keys such an outcome without
     the Service's name. Never raises on content."""
     front = _candidates(service, nodes, endpoint_slices, settings, pool)
-    return None if front is None else bool(front[5])
+    return None if front is None else bool(front[3])
+
+
+MEMO_ENTRIES = 4096
+"""Results a :class:`SummaryMemo` keeps (then it starts over)."""
+MEMO_POSITIONS = 262_144
+"""Candidate positions its keys hold at most, all together (4 bytes each; then it starts
+over): a key of a selector matching 5,000 Nodes holds 5,000 of them."""
+
+
+class SummaryMemo:
+    """What :func:`summarise` keeps for one Node snapshot and health view: its result
+    (``None`` included) by candidate positions, families and settings. Bounded by
+    :data:`MEMO_ENTRIES` results and :data:`MEMO_POSITIONS` positions; thread-safe for
+    concurrent ``get``/``put`` (a race only computes a result twice)."""
+
+    __slots__ = ("_entries", "_positions")
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[Any, ...], tuple[Summary | None]] = {}
+        self._positions = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple[Any, ...]) -> tuple[Summary | None] | None:
+        """The kept result of ``key`` in a 1-tuple, or ``None`` when none is kept."""
+        return self._entries.get(key)
+
+    def put(self, key: tuple[Any, ...], summary: Summary | None) -> None:
+        """Keep ``summary`` for ``key`` (whose first item is the positions' bytes)."""
+        size = len(key[0]) // 4
+        if len(self._entries) >= MEMO_ENTRIES or self._positions + size > MEMO_POSITIONS:
+            self._entries, self._positions = {}, 0
+        self._entries[key] = (summary,)
+        self._positions += size
 
 
 def summarise(
@@ -545,9 +577,16 @@ def summarise(
     now: float,
     unhealthy: Mapping[str, str] = NO_UNHEALTHY,
     pool: Pool | None = None,
+    memo: SummaryMemo | None = None,
 ) -> Summary | None:
     """:func:`select`'s ingress, reason, ``recheck_at`` and ExternalIPPreferred Nodes for a
     managed Service with a non-empty ingress, at the cost of its candidates only.
+
+    ``memo`` (kept by the caller for one Node snapshot and health view, as
+    :class:`~app.core.decision.Decider` does) keeps results by what they are computed
+    from once the candidates are known: their positions, the families and the settings
+    (a pool's applied). Services whose selectors, pools or endpoints differ but leave the
+    same candidates share one result, and one object.
 
     Returns ``None`` whenever the answer needs the full Selection: the Service is not
     managed, its selector annotation is malformed, or its ingress is empty (the
@@ -566,9 +605,32 @@ def summarise(
     front = _candidates(service, nodes, endpoint_slices, settings, pool)
     if front is None:
         return None
-    settings, selector, ignored, families, matching, positions = front
+    settings, ignored, families, positions = front
     if not positions:
         return None
+    key = None
+    if memo is not None and not settings.exclude_not_ready_nodes:
+        # The NotReady grace period reads ``now``: such results are not kept.
+        key = (array("I", positions).tobytes(), families, settings)
+        found = memo.get(key)
+        if found is not None:
+            return found[0]
+    summary = _summary(nodes, settings, ignored, families, positions, now, unhealthy)
+    if memo is not None and key is not None:
+        memo.put(key, summary)
+    return summary
+
+
+def _summary(
+    nodes: NodeIndex,
+    settings: SelectionSettings,
+    ignored: list[str],
+    families: tuple[str, ...],
+    positions: list[int],
+    now: float,
+    unhealthy: Mapping[str, str],
+) -> Summary | None:
+    """:func:`summarise` once the candidates' ``positions`` are known."""
     wanted = FAMILY_BIT[families[0]] | (FAMILY_BIT[families[1]] if len(families) > 1 else 0)
     node_list = nodes.nodes
     candidates = [node_list[i] for i in positions]
@@ -580,11 +642,12 @@ def summarise(
     if not ingress:
         return None
     # With a non-empty ingress the reason reads only the Node total and the advertised
-    # count; the other counts matter only for an empty one, which went to select().
+    # count; the other counts, the selector and the policy matter only for an empty one,
+    # which went to select().
     count = len(candidates)
     _, reason = selection_reason(
-        ingress=ingress, counts=(len(node_list), len(matching), count, count, selected),
-        selector=selector, wanted=wanted, local=service.external_traffic_policy == LOCAL,
+        ingress=ingress, counts=(len(node_list), count, count, count, selected),
+        selector=None, wanted=wanted, local=False,
     )  # fmt: skip
     hidden = tuple(
         node.name

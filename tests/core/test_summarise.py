@@ -18,7 +18,14 @@ import yaml
 
 from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
-from app.core.nodeipam import Summary, has_candidates, select, summarise
+from app.core.nodeipam import (
+    MEMO_POSITIONS,
+    Summary,
+    SummaryMemo,
+    has_candidates,
+    select,
+    summarise,
+)
 from app.core.options import SelectionSettings
 from app.core.pools import pool_from_object
 from app.core.views import (
@@ -203,6 +210,7 @@ def test_random_clusters(seed: int) -> None:
     index = NodeIndex(nodes)  # one index for every Service, as in the reconciler
     options = SelectionSettings(**settings)
     unhealthy = {n.name: "down" for n in nodes if rng.random() < 0.3}
+    memo = SummaryMemo()
     answered = 0
     for i in range(25):
         svc = random_service(rng, i)
@@ -220,6 +228,13 @@ def test_random_clusters(seed: int) -> None:
             unhealthy=unhealthy,
         )  # fmt: skip
         assert got == expected(svc, nodes, slices, options, NOW, unhealthy), (seed, i, svc)
+        # One memo for every Service of the index, as the Decider keeps it: a result kept
+        # for other Services with the same candidates is this Service's too.
+        kept = summarise(
+            service=svc, nodes=index, endpoint_slices=slices, settings=options, now=NOW,
+            unhealthy=unhealthy, memo=memo,
+        )  # fmt: skip
+        assert kept == got, (seed, i, svc)
         answered += got is not None
     if len(nodes) > 10:
         assert answered, "no Service had an ingress: the generator is too strict"
@@ -314,3 +329,30 @@ def test_a_local_service_without_candidates_selects_as_if_it_had_no_endpoints(se
             assert full == bare, (seed, i, svc)
     if len(nodes) > 10:
         assert {True, False} <= seen, "the generator never covered both answers"
+
+
+def test_the_memo_shares_one_result_between_selectors_that_leave_the_same_nodes() -> None:
+    nodes = NodeIndex(
+        [
+            node("a", internal=["10.0.0.1"], labels={"pool": "a"}),
+            node("b", internal=["10.0.0.2"], labels={"pool": "b"}),
+        ]
+    )
+    memo, settings = SummaryMemo(), SelectionSettings()
+    args: dict[str, Any] = {"nodes": nodes, "endpoint_slices": (), "settings": settings, "now": NOW}
+    first = summarise(service=service("x", selector="pool=a"), memo=memo, **args)
+    second = summarise(service=service("y", selector="pool in (a)"), memo=memo, **args)
+    other = summarise(service=service("z", selector="pool=b"), memo=memo, **args)
+    assert first is not None and first is second and len(memo) == 2
+    assert other is not None and [e["ip"] for e in other.ingress] == ["10.0.0.2"]
+    # Another family is another result.
+    six = summarise(service=service("v", selector="pool=a", families=("IPv6",)), memo=memo, **args)
+    assert six is None and len(memo) == 3
+
+
+def test_the_memo_starts_over_past_its_position_bound() -> None:
+    memo = SummaryMemo()
+    memo.put((b"\0" * 4 * (MEMO_POSITIONS - 1), ("IPv4",), None), None)
+    assert len(memo) == 1
+    memo.put((b"\0" * 8, ("IPv4",), None), None)
+    assert len(memo) == 1 and memo.get((b"\0" * 8, ("IPv4",), None)) == (None,)
