@@ -280,12 +280,13 @@ def _addresses(
     *,
     indices: list[int],
     candidates: list[NodeView],
-    verdicts: list[NodeVerdict | None],
+    verdicts: list[Any],
     wanted: int,
     fallback: bool,
     types: str = EXTERNAL_IP,
 ) -> tuple[dict[int, str], dict[int, str], int, int]:
-    """docs/design.md §4.4: pick addresses of ``candidates``, fill their verdict slots.
+    """docs/design.md §4.4: pick addresses of ``candidates``, fill their verdict slots
+    with verdict keys (:func:`select` makes them verdicts, :func:`summarise` reads codes).
     ``types`` is setting ``address-types``: ``ExternalIP`` (Cilium's global preference,
     or per node with ``fallback``), ``InternalIP`` or ``ExternalIP,InternalIP`` (both).
 
@@ -311,7 +312,7 @@ def _addresses(
             use = external if fallback else use_external
             key = (SELECTED, "ExternalIP" if use else "InternalIP", wanted)
             _collect(node.external_entries if use else node.internal_entries, wanted, v4, v6)
-        verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
+        verdicts[idx] = key
     return v4, v6, hidden, selected
 
 
@@ -328,7 +329,7 @@ def _collect(
 def _typed_addresses(
     indices: list[int],
     candidates: list[NodeView],
-    verdicts: list[NodeVerdict | None],
+    verdicts: list[Any],
     wanted: int,
     types: str,
 ) -> tuple[dict[int, str], dict[int, str], int, int]:
@@ -349,7 +350,7 @@ def _typed_addresses(
             if both:
                 _collect(node.external_entries, wanted, v4, v6)
             _collect(node.internal_entries, wanted, v4, v6)
-        verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
+        verdicts[idx] = key
     return v4, v6, 0, selected
 
 
@@ -443,6 +444,9 @@ def select(
         indices, candidates, verdicts, families=families, wanted=wanted,
         settings=settings, now=now, warnings=warnings, unhealthy=unhealthy,
     )  # fmt: skip
+    for i in indices:  # _advertise left verdict keys in the candidates' slots
+        node, slot = node_list[i], verdicts[i]
+        verdicts[i] = node.verdict_cache.get(slot) or new_verdict(node, slot)  # type: ignore[arg-type]
     code, reason = selection_reason(
         ingress=ingress, counts=(len(node_list), matched, eligible, count, selected),
         selector=selector, wanted=wanted, local=local,
@@ -634,7 +638,7 @@ def _summary(
     wanted = FAMILY_BIT[families[0]] | (FAMILY_BIT[families[1]] if len(families) > 1 else 0)
     node_list = nodes.nodes
     candidates = [node_list[i] for i in positions]
-    verdicts: list[NodeVerdict | None] = [None] * len(candidates)
+    verdicts: list[Any] = [None] * len(candidates)
     ingress, selected, recheck_at = _advertise(
         list(range(len(candidates))), candidates, verdicts, families=families, wanted=wanted,
         settings=settings, now=now, warnings=ignored, unhealthy=unhealthy,
@@ -649,25 +653,23 @@ def _summary(
         ingress=ingress, counts=(len(node_list), count, count, count, selected),
         selector=None, wanted=wanted, local=False,
     )  # fmt: skip
+    # The slots hold verdict keys (a code, or a tuple led by one): no verdict is built.
+    codes = [key[0] if type(key) is tuple else key for key in verdicts]
     hidden = tuple(
         node.name
-        for node, verdict in zip(candidates, verdicts, strict=True)
-        if verdict is not None and verdict.code == EXTERNAL_IP_PREFERRED
+        for node, code in zip(candidates, codes, strict=True)
+        if code == EXTERNAL_IP_PREFERRED
     )
     failing = (
-        tuple(
-            node.name
-            for node, verdict in zip(candidates, verdicts, strict=True)
-            if verdict is not None and verdict.code == UNHEALTHY
-        )
+        tuple(node.name for node, code in zip(candidates, codes, strict=True) if code == UNHEALTHY)
         if unhealthy
         else ()
     )
     anyway = (
         tuple(
             node.name
-            for node, verdict in zip(candidates, verdicts, strict=True)
-            if verdict is not None and verdict.selected and node.name in unhealthy
+            for node, code in zip(candidates, codes, strict=True)
+            if code == SELECTED and node.name in unhealthy
         )
         if unhealthy and not failing
         else ()
@@ -684,7 +686,7 @@ def _contains(ascending: Sequence[int], value: int) -> bool:
 def _advertise(
     indices: list[int],
     candidates: list[NodeView],
-    verdicts: list[NodeVerdict | None],
+    verdicts: list[Any],
     *,
     families: tuple[str, ...],
     wanted: int,
@@ -695,7 +697,9 @@ def _advertise(
 ) -> tuple[list[dict[str, str]], int, float | None]:
     """docs/design.md §4.4-§4.5 and §4.11 on the candidates (``indices`` are their verdict
     slots, ascending): the optional NotReady filter, the health filter, the address
-    choice, the ordered entries. Fills the candidates' verdict slots and appends
+    choice, the ordered entries. Fills the candidates' verdict slots with verdict keys
+    (:data:`~app.core.verdicts.VerdictKey`: :func:`summarise` reads their codes and
+    builds no verdict, :func:`select` makes them verdicts) and appends
     warnings; returns the ingress entries, how many nodes are advertised and
     ``recheck_at``. Shared by :func:`select` and :func:`summarise`, so both pick
     addresses with the same code. Neither filter empties the list by itself: when no
@@ -738,7 +742,7 @@ def _advertise(
     else:
         for idx, node in failing:
             why = (UNHEALTHY, unhealthy[node.name])
-            verdicts[idx] = node.verdict_cache.get(why) or new_verdict(node, why)
+            verdicts[idx] = why
     if not_ready and not (v4 or v6):
         warnings.append(
             f"every eligible node with an address is NotReady beyond the"
@@ -751,8 +755,8 @@ def _advertise(
         )  # fmt: skip
     else:
         key = (NOT_READY, settings.not_ready_grace_seconds)
-        for idx, node in not_ready:
-            verdicts[idx] = node.verdict_cache.get(key) or new_verdict(node, key)
+        for idx, _ in not_ready:
+            verdicts[idx] = key
     if hidden:
         warnings.append(
             f"{hidden} eligible node(s) without an ExternalIP of family"
