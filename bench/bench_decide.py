@@ -1,0 +1,115 @@
+"""The decision path alone, in one process (``.venv/bin/python -m bench.bench_decide``).
+
+What a cold start's reconciler asks of :class:`app.core.decision.Decider` at 5,000 Nodes
+and 10,000 managed Services (``bench.cluster``'s cluster, as ``bench_peer`` seeds it), with
+0 and with N NodeAddressPools (``bench.address_pools``): one ``Decider(memo_local=False)``
+per pass, as the reconciler's, calling ``decide`` on every managed Service over one
+Snapshot (Node index, port index, EndpointSlices, pools, namespace labels). Prints per
+pass the CPU seconds (``time.process_time``), the outcomes computed (misses) and answered
+from the memo (hits); then one more pass under ``tracemalloc`` for the memory the
+decisions keep (the Node index's memos and verdict caches included: they are built in
+that pass). The first pass of each pool count pays for building those memos, so compare
+the later ones. Figures: bench/README.md §13.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.core.decision import Decider, Snapshot
+from app.core.nodeindex import NodeIndex
+from app.core.nodeipam import is_managed
+from app.core.options import SelectionSettings
+from app.core.pools import PoolSet, pool_from_object
+from app.core.ports import PortIndex
+from app.core.views import EndpointSliceView, endpoint_slice_view, node_view, service_view
+from bench.address_pools import namespace_labels
+from bench.cluster import NAMESPACES, Cluster, Scale, make_cluster, with_address_pools
+from bench.procs import machine
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass over every managed Service: CPU seconds, misses, hits, and the memory (MB)
+    the Decider and the Node index keep afterwards (``None``: not traced)."""
+
+    pools: int
+    cpu: float
+    misses: int
+    hits: int
+    kept_mb: float | None = None
+
+
+def run(cluster: Cluster, *, passes: int, trace: bool) -> list[Pass]:
+    """``passes`` timed passes of ``cluster`` (and one traced pass when ``trace``), each
+    with a new Decider over a new Node index, so every pass starts cold."""
+    settings = SelectionSettings()
+    slices: dict[str, list[EndpointSliceView]] = {}
+    ports = PortIndex(lambda view: is_managed(view, settings)[0])
+    for raw in cluster.endpoint_slices:
+        view = endpoint_slice_view(raw)
+        slices.setdefault(f"{view.namespace}/{view.service_name}", []).append(view)
+        ports.put_slice(f"{view.namespace}/{view.name}", None, view)
+    services = [service_view(raw) for raw in cluster.services]
+    for svc in services:
+        ports.put_service(f"{svc.namespace}/{svc.name}", None, svc)
+    managed = [svc for svc in services if is_managed(svc, settings)[0]]
+    labels = {f"bench-{n}": namespace_labels(n) for n in range(NAMESPACES)}
+    count = len(cluster.address_pools)
+    results = []
+    for traced in [False] * passes + [True] * trace:
+        nodes = NodeIndex([node_view(raw) for raw in cluster.nodes])
+        pools = PoolSet(pool_from_object(raw) for raw in cluster.address_pools)
+        decider = Decider(settings, memo_local=False)
+        snap = Snapshot(
+            nodes=nodes,
+            now=time.time(),
+            ports=ports,
+            endpoint_slices_of=lambda ns, name: slices.get(f"{ns}/{name}", ()),
+            pools=pools,
+            namespace_labels=labels.get,
+            port_version=1,
+        )
+        if traced:
+            tracemalloc.start()
+        started = time.process_time()
+        for svc in managed:
+            decider.decide(svc, snap)
+        cpu = time.process_time() - started
+        kept = None
+        if traced:
+            kept = tracemalloc.get_traced_memory()[0] / 1e6
+            tracemalloc.stop()
+        results.append(Pass(count, cpu, decider.misses, decider.hits, kept))
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse the arguments and print one line per pass."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pools", default="0,20", help="pool counts, comma-separated")
+    parser.add_argument("--passes", type=int, default=3, help="timed passes per count")
+    parser.add_argument("--nodes", type=int, default=Scale().nodes)
+    parser.add_argument("--services", type=int, default=Scale().managed, help="managed")
+    parser.add_argument("--no-trace", action="store_true", help="skip the tracemalloc pass")
+    args = parser.parse_args(argv)
+    scale = Scale(nodes=args.nodes, managed=args.services)
+    base = make_cluster(scale)
+    print(f"machine: {machine()}; {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
+    for count in (int(c) for c in args.pools.split(",")):
+        cluster = with_address_pools(base, count, scale)
+        for n, result in enumerate(run(cluster, passes=args.passes, trace=not args.no_trace)):
+            kept = "" if result.kept_mb is None else f", kept {result.kept_mb:.1f} MB (traced)"
+            print(
+                f"{count} pools, pass {n + 1}: decide CPU {result.cpu:.2f} s,"
+                f" {result.misses} outcomes computed, {result.hits} from the memo{kept}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
