@@ -20,15 +20,10 @@ import tracemalloc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.core.decision import Decider, Snapshot
-from app.core.nodeindex import NodeIndex
+from app.core.decision import Decider
 from app.core.nodeipam import is_managed
 from app.core.options import SelectionSettings
-from app.core.pools import PoolSet, pool_from_object
-from app.core.ports import PortIndex
-from app.core.views import EndpointSliceView, endpoint_slice_view, node_view, service_view
-from bench.address_pools import namespace_labels
-from bench.cluster import NAMESPACES, Cluster, Scale, make_cluster, with_address_pools
+from bench.cluster import Cluster, Scale, decision_snapshot, make_cluster, with_address_pools
 from bench.procs import machine
 
 
@@ -48,32 +43,13 @@ def run(cluster: Cluster, *, passes: int, trace: bool) -> list[Pass]:
     """``passes`` timed passes of ``cluster`` (and one traced pass when ``trace``), each
     with a new Decider over a new Node index, so every pass starts cold."""
     settings = SelectionSettings()
-    slices: dict[str, list[EndpointSliceView]] = {}
-    ports = PortIndex(lambda view: is_managed(view, settings)[0])
-    for raw in cluster.endpoint_slices:
-        view = endpoint_slice_view(raw)
-        slices.setdefault(f"{view.namespace}/{view.service_name}", []).append(view)
-        ports.put_slice(f"{view.namespace}/{view.name}", None, view)
-    services = [service_view(raw) for raw in cluster.services]
-    for svc in services:
-        ports.put_service(f"{svc.namespace}/{svc.name}", None, svc)
-    managed = [svc for svc in services if is_managed(svc, settings)[0]]
-    labels = {f"bench-{n}": namespace_labels(n) for n in range(NAMESPACES)}
     count = len(cluster.address_pools)
     results = []
     for traced in [False] * passes + [True] * trace:
-        nodes = NodeIndex([node_view(raw) for raw in cluster.nodes])
-        pools = PoolSet(pool_from_object(raw) for raw in cluster.address_pools)
+        # Port version 1: rivals' claims are kept across decisions, as the reconciler's.
+        snap, views = decision_snapshot(cluster, settings, port_version=1)
+        managed = [svc for svc in views.values() if is_managed(svc, settings)[0]]
         decider = Decider(settings, memo_local=False)
-        snap = Snapshot(
-            nodes=nodes,
-            now=time.time(),
-            ports=ports,
-            endpoint_slices_of=lambda ns, name: slices.get(f"{ns}/{name}", ()),
-            pools=pools,
-            namespace_labels=labels.get,
-            port_version=1,
-        )
         if traced:
             tracemalloc.start()
         started = time.process_time()

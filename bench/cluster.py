@@ -39,6 +39,7 @@ from app.core.ports import PortIndex, with_port_status
 from app.core.views import (
     EXCLUDE_FROM_LB_LABEL,
     EndpointSliceView,
+    ServiceView,
     endpoint_slice_view,
     node_view,
     service_view,
@@ -380,26 +381,9 @@ def expected_ingress(
         ValueError: the product's pool or addresses disagree with the bench's reading.
     """
     settings = settings or SelectionSettings()
-    nodes = NodeIndex([node_view(n) for n in cluster.nodes])
-    slices: dict[str, list[EndpointSliceView]] = {}
-    ports = PortIndex(lambda view: is_managed(view, settings)[0])
-    for raw in cluster.endpoint_slices:
-        sliced = endpoint_slice_view(raw)
-        slices.setdefault(f"{sliced.namespace}/{sliced.service_name}", []).append(sliced)
-        ports.put_slice(f"{sliced.namespace}/{sliced.name}", None, sliced)
-    views = {service_key(raw): service_view(raw) for raw in cluster.services}
-    for key, view in views.items():
-        ports.put_service(key, None, view)
+    snap, views = decision_snapshot(cluster, settings)
     labels = {f"bench-{n}": namespace_labels(n) for n in range(NAMESPACES)}
     decider = Decider(settings)
-    snap = Snapshot(
-        nodes=nodes,
-        now=time.time(),
-        ports=ports,
-        endpoint_slices_of=lambda namespace, name: slices.get(f"{namespace}/{name}", ()),
-        pools=PoolSet(pool_from_object(p) for p in cluster.address_pools),
-        namespace_labels=labels.get,
-    )
     raws = {service_key(raw): raw for raw in cluster.services}
     pool_ips = {
         p["metadata"]["name"]: pool_node_ips(p, cluster.nodes) for p in cluster.address_pools
@@ -416,6 +400,37 @@ def expected_ingress(
         # Each entry records the ports it is published for, as the controller writes it.
         result[key] = [dict(e) for e in with_port_status(kept, service)] if kept else []
     return result
+
+
+def decision_snapshot(
+    cluster: Cluster, settings: SelectionSettings, *, port_version: int | None = None
+) -> tuple[Snapshot, dict[str, ServiceView]]:
+    """What the reconciler decides ``cluster`` on: a :class:`~app.core.decision.Snapshot`
+    over a new Node index, the port index of every Service and EndpointSlice (version
+    ``port_version``: ``None`` keeps rivals' claims for one decision), the EndpointSlices,
+    the NodeAddressPools and the bench namespaces' labels; and every Service's view by
+    ``namespace/name``."""
+    nodes = NodeIndex([node_view(n) for n in cluster.nodes])
+    slices: dict[str, list[EndpointSliceView]] = {}
+    ports = PortIndex(lambda view: is_managed(view, settings)[0])
+    for raw in cluster.endpoint_slices:
+        sliced = endpoint_slice_view(raw)
+        slices.setdefault(f"{sliced.namespace}/{sliced.service_name}", []).append(sliced)
+        ports.put_slice(f"{sliced.namespace}/{sliced.name}", None, sliced)
+    views = {service_key(raw): service_view(raw) for raw in cluster.services}
+    for key, view in views.items():
+        ports.put_service(key, None, view)
+    labels = {f"bench-{n}": namespace_labels(n) for n in range(NAMESPACES)}
+    snap = Snapshot(
+        nodes=nodes,
+        now=time.time(),
+        ports=ports,
+        endpoint_slices_of=lambda namespace, name: slices.get(f"{namespace}/{name}", ()),
+        pools=PoolSet(pool_from_object(p) for p in cluster.address_pools),
+        namespace_labels=labels.get,
+        port_version=port_version,
+    )
+    return snap, views
 
 
 def _check_pool(
