@@ -454,6 +454,7 @@ class Decider:
         long = len(service.match_node_labels or "") > MAX_SELECTOR_CHARS
         if (
             local
+            and compute  # has_candidates may match a new selector: not on the event loop
             and not long
             and has_candidates(
                 service=service, nodes=snap.nodes, endpoint_slices=slices,

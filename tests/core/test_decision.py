@@ -525,3 +525,15 @@ def test_selectors_that_leave_the_same_nodes_share_one_outcome_object() -> None:
     moved = pool_nodes()
     again = decider.outcome(other, snap(moved))
     assert again == first and again is not first
+
+
+def test_a_lookup_that_must_not_compute_matches_no_selector() -> None:
+    """``compute=False`` (admission on its event loop) never walks the Nodes: a Local
+    Service's candidate check would match its selector, so it is not made then."""
+    nodes, decider = pool_nodes(), Decider(SETTINGS)
+    local = service("web", selector="pool=gpu", etp="Local")
+    with pytest.raises(NotMemoised):
+        decider.outcome(local, snap(nodes), compute=False)
+    assert nodes.memoised() == 0
+    computed = decider.outcome(local, snap(nodes))
+    assert computed == direct(local, nodes) and nodes.memoised() == 1
