@@ -8,6 +8,7 @@ the path (the reconciler enforces it). The in-memory API serves the CRD; a 404 o
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from app.controller.cache import ClusterCache
@@ -16,7 +17,7 @@ from app.core.pools import pool_from_object
 from app.core.views import NamespaceView
 from app.kube.client import ApiError
 from tests.controller.memory_api import MemoryAPI
-from tests.controller.support import Start, converged, node, service, wait_until
+from tests.controller.support import QueueAdds, Start, converged, node, service, wait_until
 from tests.support.objects import node_address_pool as pool
 
 
@@ -183,6 +184,44 @@ def test_a_malformed_selector_keeps_no_stored_address_outside_its_pool(
     wait_until(
         lambda: "StaleIngressWithdrawn" in reasons_for(memory_api, "old"), what="the Warning"
     )
+
+
+def accepted_in_cache(controller: Any, name: str) -> Callable[[], bool]:
+    """A condition: the controller's cache holds pool ``name`` with its ``Accepted``
+    condition (the echo of the pool status writer's write has come back)."""
+    return lambda: any(
+        p.name == name and p.accepted is not None for p in controller.cache.pool_views()
+    )
+
+
+def test_the_echo_of_a_pool_status_write_enqueues_no_service(
+    memory_api: MemoryAPI, start: Start
+) -> None:
+    """Our own ``Accepted`` write on a pool changes its status alone, which no decision
+    reads (a pool view's status fields are out of its equality, so the informer reports no
+    change): its echo enqueues nothing; otherwise every pool's first write would be a pass
+    over every managed Service at a cold start. A change of a pool's spec, and its
+    deletion, still enqueue every managed Service, once each."""
+    seed(memory_api)
+    memory_api.apply("nodeaddresspools", pool("everything"))
+    memory_api.apply("services", service("web", namespace="team-a", port=443))
+    controller = start(leader_elect=False)
+    wait_until(converged(memory_api, "team-a/web", ["10.0.0.1", "10.0.1.1"]), what="first")
+    wait_until(accepted_in_cache(controller, "everything"), what="the first echo")
+    adds = QueueAdds(controller)
+    edge = pool(
+        "team-a-edge",
+        nodeSelector={"matchLabels": {"role": "edge"}},
+        serviceAllocation={"priority": 10, "namespaces": ["team-a"]},
+    )
+    memory_api.apply("nodeaddresspools", edge)
+    wait_until(converged(memory_api, "team-a/web", ["10.0.0.1"]), what="the edge pool")
+    wait_until(accepted_in_cache(controller, "team-a-edge"), what="its status echo")
+    # The deletion comes after the echo on the same watch: once its effect shows, the
+    # echo's handler has run too.
+    memory_api.delete("nodeaddresspools", "team-a-edge")
+    wait_until(converged(memory_api, "team-a/web", ["10.0.0.1", "10.0.1.1"]), what="deleted")
+    assert adds.count == 2, "the creation and the deletion, not the status echo"
 
 
 def test_a_namespace_update_that_keeps_its_labels_keeps_every_decision() -> None:
