@@ -184,13 +184,6 @@ class Outcome:
     unhealthy_note: str | None = None
     dropped: frozenset[str] = frozenset()
     unhealthy_advertised: tuple[str, ...] = ()
-    candidates: tuple[str, ...] = field(init=False, repr=False, compare=False)
-    """The ingress addresses in order (empty for ``None``): what port ownership competes
-    for on every decision, so built once (bench/README.md §13)."""
-
-    def __post_init__(self) -> None:
-        ips = tuple([entry["ip"] for entry in self.ingress or ()])
-        object.__setattr__(self, "candidates", ips)
 
     @property
     def all_unhealthy_note(self) -> str | None:
@@ -203,6 +196,11 @@ class Outcome:
         """The ingress addresses as a set (computed on each call: thousands of kept
         Outcomes would each hold one, bench/README.md §13)."""
         return frozenset(entry["ip"] for entry in self.ingress or ())
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """The ingress addresses in order (empty for ``None``)."""
+        return tuple(entry["ip"] for entry in self.ingress or ())
 
     def after_ports(self, ownership: Ownership, node_of: Callable[[str], str | None]) -> Outcome:
         """This outcome after port ownership took ``ownership.lost`` (docs/design.md §4.9):
