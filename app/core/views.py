@@ -569,10 +569,16 @@ def _external_ips(raw: list[Any]) -> tuple[str, ...]:
 
 MAX_SHARED_INGRESS_ENTRIES = 65_536
 """Entries of the distinct ``status.loadBalancer.ingress`` lists :func:`shared_ingress`
-keeps, all lists together (about 400 bytes each, so at most ~26 MB, also for lists no view
-holds any more); then it starts over. The 5,000-Node bench cluster has 1,479 distinct lists
-of 27,020 entries."""
+keeps, all lists together (also for lists no view holds any more); then it starts over.
+Each distinct entry (address and ``ipMode``) is one object, shared by every list that
+holds it, so a list costs ~16 bytes per entry and a distinct entry ~500 bytes once: the
+5,000-Node bench cluster's 1,479 distinct lists of 27,020 entries over 9,739 distinct
+entries keep ~5 MB (~10 MB with an entry object per list, bench/README.md §13)."""
 _SHARED_INGRESS: dict[tuple[tuple[tuple[str, str], ...], ...], tuple[Mapping[str, Any], ...]] = {}
+_SHARED_ENTRY: dict[
+    tuple[tuple[str, str], ...], tuple[tuple[tuple[str, str], ...], dict[str, str]]
+] = {}
+"""An entry's items → (those items, the entry): one object of each per distinct entry."""
 _shared_entries = [0]  # entries of the lists in _SHARED_INGRESS
 
 
@@ -611,7 +617,8 @@ def shared_ingress(entries: list[Any]) -> tuple[Mapping[str, Any], ...]:
     ``{"ip", "ipMode"}``): 10,000 Services over a few hundred distinct lists of ~30
     entries hold a few hundred tuples instead of 300,000 dicts (~90 MB). Other lists
     (``ports``, non-mapping garbage) are kept as they are, without the non-mappings.
-    At most :data:`MAX_SHARED_INGRESS_ENTRIES` entries are kept. Treat the result as
+    Equal entries of different lists are one object too. At most
+    :data:`MAX_SHARED_INGRESS_ENTRIES` entries are kept. Treat the result as
     read-only."""
     try:
         key = tuple(map(tuple, map(dict.items, entries)))  # TypeError: not all dicts
@@ -625,10 +632,18 @@ def shared_ingress(entries: list[Any]) -> tuple[Mapping[str, Any], ...]:
     if len(key) > MAX_SHARED_INGRESS_ENTRIES:
         return tuple(entries)
     if _shared_entries[0] + len(key) > MAX_SHARED_INGRESS_ENTRIES:
+        # Distinct entries are never more than the lists' entries: both start over.
         _SHARED_INGRESS.clear()
+        _SHARED_ENTRY.clear()
         _shared_entries[0] = 0
-    found = tuple(dict(entry) for entry in key)
-    _SHARED_INGRESS[key] = found
+    shared = []
+    for items in key:
+        one = _SHARED_ENTRY.get(items)
+        if one is None:
+            one = _SHARED_ENTRY[items] = (items, dict(items))
+        shared.append(one)
+    found = tuple([entry for _, entry in shared])
+    _SHARED_INGRESS[tuple([items for items, _ in shared])] = found
     _shared_entries[0] += len(key)
     return found
 

@@ -279,6 +279,13 @@ def test_equal_stored_ingress_lists_are_shared_between_services() -> None:
     b = service_view(service_obj("b", ingress=[dict(e) for e in entries]))
     assert a.ingress == tuple(entries)
     assert a.ingress is b.ingress, "one tuple for equal lists"
+    # A list that shares entries with another holds the same entry objects.
+    longer = service_view(
+        service_obj("d", ingress=[*(dict(e) for e in entries), {"ip": "10.0.0.3", "ipMode": "VIP"}])
+    )
+    assert longer.ingress is not None and a.ingress is not None
+    assert longer.ingress[:2] == a.ingress
+    assert all(x is y for x, y in zip(longer.ingress, a.ingress, strict=False))
     other = service_view(service_obj("c", ingress=[{"ip": "10.0.0.1", "ipMode": "Proxy"}]))
     assert other.ingress == ({"ip": "10.0.0.1", "ipMode": "Proxy"},)
     ports = [{"ip": "10.0.0.1", "ports": [{"port": 80, "protocol": "TCP"}]}]
@@ -295,12 +302,14 @@ def test_shared_ingress_lists_are_bounded_by_entries(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(views, "MAX_SHARED_INGRESS_ENTRIES", 4)
     monkeypatch.setattr(views, "_SHARED_INGRESS", {})
     monkeypatch.setattr(views, "_shared_entries", [0])
+    monkeypatch.setattr(views, "_SHARED_ENTRY", {})
     three = [{"ip": f"10.0.0.{i}"} for i in range(3)]
     first = views.shared_ingress(three)
     assert views.shared_ingress([dict(e) for e in three]) is first
     assert views._shared_entries == [3]
     other = views.shared_ingress([{"ip": "10.0.1.1"}, {"ip": "10.0.1.2"}])  # 5 > 4: start over
     assert views._shared_entries == [2] and len(views._SHARED_INGRESS) == 1
+    assert len(views._SHARED_ENTRY) == 2, "the distinct entries started over too"
     assert views.shared_ingress([{"ip": "10.0.1.1"}, {"ip": "10.0.1.2"}]) is other
     assert views.shared_ingress(three) is not first, "dropped when the cache started over"
     five = [{"ip": f"10.0.2.{i}"} for i in range(5)]
