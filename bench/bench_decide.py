@@ -9,12 +9,16 @@ pass the CPU seconds (``time.process_time``), the outcomes computed (misses) and
 from the memo (hits); then one more pass under ``tracemalloc`` for the memory the
 decisions keep (the Node index's memos and verdict caches included: they are built in
 that pass). The first pass of each pool count pays for building those memos, so compare
-the later ones. Figures: bench/README.md §13.
+the later ones. Last, the memory the informer's Service views keep once every managed
+Service's status is written (:func:`stored_statuses`: each Service's object with its
+expected ingress, through JSON and ``service_view`` as a watch event arrives). Figures:
+bench/README.md §13.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import tracemalloc
 from collections.abc import Sequence
@@ -23,7 +27,16 @@ from dataclasses import dataclass
 from app.core.decision import Decider
 from app.core.nodeipam import is_managed
 from app.core.options import SelectionSettings
-from bench.cluster import Cluster, Scale, decision_snapshot, make_cluster, with_address_pools
+from app.core.views import forget_shared_ingress, service_view
+from bench.cluster import (
+    Cluster,
+    Scale,
+    decision_snapshot,
+    expected_ingress,
+    make_cluster,
+    service_key,
+    with_address_pools,
+)
 from bench.procs import machine
 
 
@@ -64,6 +77,27 @@ def run(cluster: Cluster, *, passes: int, trace: bool) -> list[Pass]:
     return results
 
 
+def stored_statuses(cluster: Cluster) -> tuple[int, float]:
+    """The managed Services' views as the informer keeps them once their statuses are
+    written: each managed Service's object with ``status.loadBalancer.ingress`` set to its
+    expected ingress (:func:`bench.cluster.expected_ingress`, ``ports`` included), through
+    a JSON round trip (as a watch event is decoded) and ``service_view``, from an empty
+    :func:`~app.core.views.shared_ingress` table. Returns the ingress entries and the
+    memory (MB, ``tracemalloc``) the views keep, the shared lists and entries included."""
+    expected = expected_ingress(cluster)
+    objects = []
+    for raw in cluster.services:
+        ingress = expected.get(service_key(raw))
+        if ingress is not None:
+            objects.append(json.dumps({**raw, "status": {"loadBalancer": {"ingress": ingress}}}))
+    forget_shared_ingress()
+    tracemalloc.start()
+    kept = [service_view(json.loads(text)) for text in objects]
+    memory = tracemalloc.get_traced_memory()[0] / 1e6
+    tracemalloc.stop()
+    return sum(len(view.ingress or ()) for view in kept), memory
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse the arguments and print one line per pass."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -71,7 +105,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--passes", type=int, default=3, help="timed passes per count")
     parser.add_argument("--nodes", type=int, default=Scale().nodes)
     parser.add_argument("--services", type=int, default=Scale().managed, help="managed")
-    parser.add_argument("--no-trace", action="store_true", help="skip the tracemalloc pass")
+    parser.add_argument(
+        "--no-trace", action="store_true", help="skip the tracemalloc pass and the statuses"
+    )
     args = parser.parse_args(argv)
     scale = Scale(nodes=args.nodes, managed=args.services)
     base = make_cluster(scale)
@@ -85,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f" {result.misses} outcomes computed, {result.hits} from the memo{kept}",
                 flush=True,
             )
+        if not args.no_trace:
+            entries, memory = stored_statuses(cluster)
+            print(f"{count} pools, statuses: {entries} ingress entries, kept {memory:.1f} MB")
 
 
 if __name__ == "__main__":

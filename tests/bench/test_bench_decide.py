@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench import bench_decide
-from bench.cluster import Scale, make_cluster, with_address_pools
+from bench.cluster import Scale, expected_ingress, make_cluster, with_address_pools
 
 TINY = Scale(nodes=60, managed=120, unmanaged=10)
 
@@ -26,5 +26,16 @@ def test_the_command_prints_a_line_per_pass(capsys: pytest.CaptureFixture[str]) 
     bench_decide.main(["--pools", "0,3", "--passes", "1", "--nodes", "40", "--services", "50"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("machine: ")
-    assert [line.split(",")[0] for line in lines[1:]] == ["0 pools"] * 2 + ["3 pools"] * 2
+    assert [line.split(",")[0] for line in lines[1:] if "statuses" not in line] == [
+        "0 pools"
+    ] * 2 + ["3 pools"] * 2
     assert "kept" in lines[2] and "kept" not in lines[1]
+    assert lines[3].startswith("0 pools, statuses: ") and lines[6].startswith("3 pools, statuses")
+
+
+def test_statuses_are_every_expected_entry_and_cost_memory() -> None:
+    cluster = make_cluster(TINY)
+    entries, memory = bench_decide.stored_statuses(cluster)
+    expected = sum(len(v) for v in expected_ingress(cluster).values())
+    assert entries == expected > 0
+    assert memory > 0
