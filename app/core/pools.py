@@ -37,7 +37,14 @@ from typing import Any
 from app.core.codes import NO_POOL, PORT_NOT_IN_POOL
 from app.core.options import ADDRESS_TYPES, SelectionSettings, normal_address_types
 from app.core.ports import PortRange
-from app.core.selector import Selector, SelectorError, go_quote, parse
+from app.core.selector import (
+    Selector,
+    SelectorError,
+    go_quote,
+    label_value_errors,
+    parse,
+    qualified_name_errors,
+)
 from app.core.views import ServiceView, StoredCondition, generation_of, stored_condition
 
 GROUP = "node-ipam-lb.io"
@@ -67,6 +74,26 @@ def _no_namespaces(namespace: str) -> Mapping[str, str] | None:
     return None
 
 
+def _check_label(key_field: str, key: str, values: list[str], values_field: str) -> None:
+    """Refuse a key that is not a qualified name and a value that is not a label value,
+    as apimachinery's ``LabelSelectorAsSelector`` does (``NewRequirement``): checked
+    before the selector text is built, so a comma, a parenthesis or an operator inside a
+    key or value cannot become selector syntax (``In ["edge,worker"]`` is not
+    ``role in (edge,worker)``).
+
+    Raises:
+        ValueError: naming the field, the value and apimachinery's reason.
+    """
+    errors = qualified_name_errors(key)
+    if errors:
+        raise ValueError(f"{key_field}: Invalid value: {go_quote(key)}: {'; '.join(errors)}")
+    for i, val in enumerate(values):
+        errors = label_value_errors(val)
+        if errors:
+            where = f"{values_field}[{i}]" if values_field.endswith(".values") else values_field
+            raise ValueError(f"{where}: Invalid value: {go_quote(val)}: {'; '.join(errors)}")
+
+
 def label_selector(value: object, *, field: str) -> Selector | None:
     """A metav1 ``LabelSelector`` (``matchLabels``, ``matchExpressions`` with operators
     ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``) as our :class:`Selector`, with
@@ -86,6 +113,7 @@ def label_selector(value: object, *, field: str) -> Selector | None:
     for key, val in sorted(labels.items()):
         if not isinstance(val, str):
             raise ValueError(f"{field}.matchLabels[{key}]: Invalid value: must be a string")
+        _check_label(f"{field}.matchLabels", key, [val], f"{field}.matchLabels[{key}]")
         parts.append(f"{key}={val}")
     expressions = value.get("matchExpressions") or []
     if not isinstance(expressions, list):
@@ -99,6 +127,7 @@ def label_selector(value: object, *, field: str) -> Selector | None:
             raise ValueError(f"{where}.key: Required value")
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             raise ValueError(f"{where}.values: Invalid value: must be a list of strings")
+        _check_label(f"{where}.key", key, values, f"{where}.values")
         if op in ("In", "NotIn"):
             if not values:
                 raise ValueError(

@@ -494,6 +494,13 @@ def qualified_name_errors(name: str) -> list[str]:
     return _label_key_errors(name)
 
 
+def label_value_errors(value: str) -> list[str]:
+    """Reasons ``value`` is not a label value (apimachinery ``IsValidLabelValue``: empty,
+    or at most 63 characters of alphanumerics, ``-``, ``_`` and ``.``, alphanumeric at
+    both ends); empty when valid."""
+    return _label_value_errors(value)
+
+
 def dns_subdomain_errors(name: str) -> list[str]:
     """Reasons ``name`` is not a DNS subdomain (apimachinery ``IsDNS1123Subdomain``: at
     most 253 characters of lowercase RFC 1123 labels joined by dots); empty when valid."""

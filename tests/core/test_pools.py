@@ -255,6 +255,44 @@ def test_label_selector_means_what_apimachinery_means() -> None:
     assert not sel.matches({})
 
 
+@pytest.mark.parametrize(
+    ("selector", "field", "shown"),
+    [
+        # A comma inside a value would be a second value, not a wider pool by mistake.
+        (
+            {"matchExpressions": [{"key": "role", "operator": "In", "values": ["edge,worker"]}]},
+            "f.matchExpressions[0].values[0]",
+            '"edge,worker"',
+        ),
+        (
+            {
+                "matchExpressions": [
+                    {"key": "role", "operator": "NotIn", "values": ["a", "edge),role notin (x"]}
+                ]
+            },
+            "f.matchExpressions[0].values[1]",
+            '"edge),role notin (x"',
+        ),
+        # An operator inside a key would be another requirement.
+        (
+            {"matchExpressions": [{"key": "tenant notin (team-a)", "operator": "Exists"}]},
+            "f.matchExpressions[0].key",
+            '"tenant notin (team-a)"',
+        ),
+        ({"matchLabels": {"role!": "edge"}}, "f.matchLabels", '"role!"'),
+        ({"matchLabels": {"role": "edge "}}, "f.matchLabels[role]", '"edge "'),
+    ],
+)
+def test_label_selector_refuses_keys_and_values_apimachinery_refuses(
+    selector: dict[str, Any], field: str, shown: str
+) -> None:
+    """Each key and value is checked before the selector text is built, so selector
+    syntax inside one is an error naming it, never a different selector."""
+    with pytest.raises(ValueError) as err:
+        label_selector(selector, field="f")
+    assert str(err.value).startswith(f"{field}: Invalid value: {shown}: ")
+
+
 def test_memo_keys_by_pool_and_starts_over_when_pools_change() -> None:
     """Two Services with one selection key but different pools get different answers from
     one Decider; a changed pool set is a new decision."""
