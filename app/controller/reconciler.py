@@ -276,7 +276,7 @@ class Reconciler:
                 ours = has_our_class(service, self._settings)
                 why = stale_ingress(service, ours=ours)
                 # Ours no more (another class, another type): our condition goes. Ours and
-                # being deleted: it goes with the ingress, else it stays true as it is.
+                # being deleted: it goes with the ingress (withdrawn at once, stale_ingress).
                 released = not (ours and service.type == "LoadBalancer")
                 gone = why is not None or (released and service.serving is not None)
                 self._withdraw(key, service, why, DELETE if gone else None)
@@ -296,7 +296,11 @@ class Reconciler:
         outcome = self.decider.decide(service, snap)
         if outcome.error is not None or outcome.ingress is None:
             self._invalid_selector(key, namespace, name, outcome, service)
-            why = stale_ingress(service, ours=True) or self._outside_pool(service, snap)
+            why = (
+                stale_ingress(service, ours=True)
+                or self._outside_pool(service, snap)
+                or self._taken(service, snap)
+            )
             kept = 0 if why is not None else len(service.ingress or ())
             condition = invalid_selector(
                 outcome.error or outcome.reason, kept=kept, generation=service.generation
@@ -607,6 +611,21 @@ class Reconciler:
             f"{name_list(sorted(outside))} are on nodes outside NodeAddressPool"
             f" {pool.name if pool else ''}, and its node selector does not parse"
         )
+
+    def _taken(self, service: ServiceView, snap: Snapshot) -> str | None:
+        """Why the stored ingress of a Service whose selector does not parse goes: port
+        ownership (docs/design.md §4.9) gives some of its stored addresses to another
+        holder of one of its ports (a host-network or hostPort Pod, a node port, a
+        reserved port, another Service's ``externalIPs``...). §4.1 keeps such a Service's
+        stored status as Cilium does, but only while it still owns what it publishes:
+        a frozen status must not take a port its author could not take by publishing."""
+        stored = self.decider.candidates(service, snap)
+        if not stored:
+            return None
+        owned = self.decider.ownership(service, stored, snap)
+        if not owned.lost:
+            return None
+        return f"{owned.note()}; its node selector does not parse, so it is not decided again"
 
     def _withdraw(
         self,

@@ -460,8 +460,12 @@ def stale_ingress(service: ServiceView, *, ours: bool) -> str | None:
     captures any port its author adds later. Withdrawn: the ingress of a Service whose
     ``spec.type`` is no longer ``LoadBalancer`` (any class: the API server refuses to
     store such an ingress, ``ValidateLoadBalancerStatus``, and the class is dropped with
-    the type, so no controller can own it); and the ingress of a Service of ours, being
-    deleted or with a selector that does not parse, whose ports are not all covered
+    the type, so no controller can own it); the ingress of a Service of ours being deleted
+    (the cloud-provider service controller clears ``status.loadBalancer`` as soon as a
+    Service needs cleanup, ``syncLoadBalancerIfNeeded``; kept, it would let any finalizer
+    hold node addresses and their ports for as long as its author likes, against pools,
+    host-network Pods and later Services alike); and the ingress of a Service of ours
+    with a selector that does not parse whose ports are not all covered
     (:func:`ports_covered`)."""
     if not service.ingress:
         return None
@@ -471,11 +475,17 @@ def stale_ingress(service: ServiceView, *, ours: bool) -> str | None:
             f"spec.type is {shown}: no load balancer owns this ingress any more, and"
             " kube-proxy still captures its addresses on every port of the Service"
         )
+    if ours and service.deleting:
+        return (
+            "the Service is being deleted (metadata.deletionTimestamp is set): its node"
+            " addresses go when its deletion starts, as a cloud load balancer does, so no"
+            " finalizer keeps them"
+        )
     if ours and not ports_covered(service):
         return (
             "the Service has ports its node addresses were never published for (see"
-            " status.loadBalancer.ingress[].ports), and it is no longer decided (being"
-            " deleted, or its node selector does not parse)"
+            " status.loadBalancer.ingress[].ports), and it is no longer decided (its node"
+            " selector does not parse)"
         )
     return None
 

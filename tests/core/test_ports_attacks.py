@@ -52,6 +52,16 @@ def _published_attacker(world: World) -> None:
     assert world.api.ingress("att/s") == list(BOTH)
 
 
+def _held_in_deletion(world: World, port: int) -> None:
+    """att/s with ``port``, a finalizer of the attacker's and a ``deletionTimestamp``
+    (Terminating for as long as the attacker likes), reconciled."""
+    terminating = svc_obj("s", port, namespace="att", created=NOW - 60)
+    terminating["metadata"]["finalizers"] = ["att.example.com/hold"]
+    terminating["metadata"]["deletionTimestamp"] = rfc3339(NOW)
+    world.apply("services", terminating)
+    world.reconcile("att/s")
+
+
 def test_f1a_a_service_switched_away_from_loadbalancer_keeps_no_node_address() -> None:
     """The attacker gets att/s published on a free port, then in ONE update switches it to
     ``type: ClusterIP`` (the API server drops ``loadBalancerClass`` with the type) and sets
@@ -100,11 +110,7 @@ def test_f1b_a_terminating_service_keeps_no_node_address_for_ports_it_never_owne
     recorded ``ports`` do not cover its current ports, and any reserved port)."""
     world = World()
     _published_attacker(world)
-    terminating = svc_obj("s", 10250, namespace="att", created=NOW - 60)
-    terminating["metadata"]["finalizers"] = ["att.example.com/hold"]
-    terminating["metadata"]["deletionTimestamp"] = rfc3339(NOW)
-    world.apply("services", terminating)
-    world.reconcile("att/s")
+    _held_in_deletion(world, 10250)
     attacker = world.view("att/s")
     assert ("10.0.0.1", "TCP", 10250) not in captured(attacker), (
         "a Terminating Service captures the kubelet port through the status we wrote"
@@ -447,3 +453,47 @@ def test_f8_a_backend_whose_ports_the_service_swaps_still_blocks() -> None:
         ],
     )
     assert published(edge, pods=(listener,), slices=(swapped,)) == ("10.0.0.2",)
+
+
+def test_f9_a_terminating_service_keeps_no_node_address_at_all() -> None:
+    """att/s, published on 9999, gets a finalizer of the attacker's and is deleted, its
+    ports unchanged. Kept, its stored ingress would hold 9999 on every node for as long as
+    the attacker likes: against a pool created later, a host-network Pod that takes the
+    port, and every later Service of ours (it stays an incumbent). The cloud-provider
+    service controller clears ``status.loadBalancer`` when a Service needs cleanup
+    (``syncLoadBalancerIfNeeded``); so do we, with our condition, in one write."""
+    world = World()
+    _published_attacker(world)
+    _held_in_deletion(world, 9999)
+    assert world.api.ingress("att/s") == []
+    assert world.api.serving("att/s") is None, "our condition goes with the ingress"
+    # A later Service of ours on the port gets every node.
+    world.apply("services", svc_obj("web", 9999, namespace="team-v", created=NOW))
+    world.reconcile("team-v/web")
+    assert world.api.ingress("team-v/web") == list(BOTH)
+
+
+def test_f10_a_malformed_selector_keeps_no_address_a_host_network_pod_takes() -> None:
+    """att/s, published on 9999, gets a selector that does not parse (the webhook fails
+    open), its ports unchanged: §4.1 keeps its stored status. Then a host-network Pod of
+    kube-system listens on n1's 9999. Port ownership gives that port to the Pod (§4.9),
+    and a valid twin of att/s loses n1; the frozen status must not keep it either
+    (kube-proxy would DNAT n1:9999 away from the Pod): withdrawn, all of it, as an
+    address outside its pool is."""
+    world = World()
+    _published_attacker(world)
+    broken = svc_obj("s", 9999, namespace="att", created=NOW - 60)
+    broken["metadata"]["annotations"] = {"io.cilium.nodeipam/match-node-labels": "a in (b"}
+    world.apply("services", broken)
+    world.reconcile("att/s")
+    assert world.api.ingress("att/s") == list(BOTH), "§4.1: the stored status stays"
+    listener = pod(
+        "ingress", "n1", [{"containerPort": 9999}], namespace="kube-system", host_network=True
+    )
+    world.cache.put("pods", "kube-system/ingress", listener)
+    world.reconcile("att/s")
+    assert world.api.ingress("att/s") == []
+    assert any(
+        e.get("reason") == "StaleIngressWithdrawn" and "kube-system/ingress" in e.get("note", "")
+        for e in world.api.events
+    ), [e.get("note") for e in world.api.events]
