@@ -29,6 +29,7 @@ from app.core.options import (
     IPMode,
     SelectionSettings,
 )
+from app.core.ports import parse_port_ranges
 
 LEADER_ELECTION_JITTER_FACTOR = 1.2
 """client-go ``leaderelection.JitterFactor``: retries are spread up to this factor."""
@@ -199,6 +200,25 @@ class Settings(SelectionConfig):
         ``None`` when ``health_probe_bind_address`` is ``0`` (disabled)."""
         return parse_health_probe_bind_address(self.health_probe_bind_address)
 
+    def _reserve_health_check_port(self) -> None:
+        """With health checks on, ``node-health-check-port``/TCP joins
+        ``reserved-node-ports`` when no entry there covers it (docs/design.md §4.9,
+        §4.11): the prober connects to ``nodeIP:port``, and a Service published on that
+        port would have kube-proxy answer the health checks with its own endpoints, so
+        any tenant could keep a failing node published. The effective settings (the
+        start-up log line, the live preview's record) show the added entry.
+
+        Raises:
+            ValueError: ``reserved-node-ports`` does not parse (naming it).
+        """
+        if not self.node_health_check:
+            return
+        port = self.node_health_check_port
+        ranges = parse_port_ranges(self.reserved_node_ports, flag="reserved-node-ports")
+        if not any(r.covers("TCP", port) for r in ranges):
+            entries = [self.reserved_node_ports] if self.reserved_node_ports else []
+            self.reserved_node_ports = ",".join([*entries, f"{port}/TCP"])
+
     @model_validator(mode="after")
     def _consistent_timings(self) -> Self:
         """Cross-field checks; the message names the settings.
@@ -208,7 +228,8 @@ class Settings(SelectionConfig):
         could then still act after another replica took over the Lease. Certificates: a
         check interval not shorter than ``cert_renew_before_seconds`` could let the
         certificate expire between two checks (docs/design.md §7). Health checks: a probe
-        timeout longer than the period (GCP and AWS refuse it too, §4.11).
+        timeout longer than the period (GCP and AWS refuse it too, §4.11); and, with health
+        checks on, the probed port is reserved (:meth:`_reserve_health_check_port`).
         """
         lease, renew = self.lease_duration_seconds, self.renew_deadline_seconds
         retry = self.retry_period_seconds
@@ -229,6 +250,7 @@ class Settings(SelectionConfig):
                 f" cert-renew-before-seconds ({before:g}): the certificate could expire"
                 " between two checks"
             )
+        self._reserve_health_check_port()
         period = self.node_health_check_period_seconds
         timeout = self.node_health_check_timeout_seconds
         if timeout > period:

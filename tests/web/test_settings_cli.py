@@ -128,3 +128,32 @@ def test_the_kubectl_plugin_names_itself_as_kubectl_runs_it() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Usage: kubectl node-ipam preview "), done.stdout
     assert "kubectl-node_ipam" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reserved"),
+    [
+        # Health checks on a port no entry covers: it joins the reserved ports.
+        ({"node_health_check": True, "node_health_check_port": 9876}, "22,9876/TCP"),
+        ({"node_health_check": True, "reserved_node_ports": ""}, "10256/TCP"),
+        # Already covered (any protocol, or a range), or health checks off: unchanged.
+        ({"node_health_check": True, "node_health_check_port": 22}, "22"),
+        ({"node_health_check": True, "reserved_node_ports": "10000-11000/TCP"}, None),
+        ({"node_health_check": False, "node_health_check_port": 9876}, "22"),
+    ],
+)
+def test_the_health_checked_port_is_reserved(
+    overrides: dict[str, object], reserved: str | None
+) -> None:
+    """A Service published on the probed port would have kube-proxy answer the health
+    checks with its own endpoints (docs/design.md §4.11): with health checks on, the
+    port is reserved, in the decision and in the effective settings."""
+    fields: dict[str, object] = {"reserved_node_ports": "22", **overrides}
+    settings = Settings(**fields)  # type: ignore[arg-type]
+    expected = fields["reserved_node_ports"] if reserved is None else reserved
+    assert settings.reserved_node_ports == expected
+    port = settings.node_health_check_port
+    policy = settings.selection().ports
+    assert any(r.covers("TCP", port) for r in policy.reserved) == bool(
+        settings.node_health_check or port == 22
+    )
