@@ -495,9 +495,10 @@ NAMESPACES_SHOWN = 5
 MAX_PORT_RECORDS = 8192
 """Most ``PortStatus`` records a Service's ingress may hold (its ports x its addresses,
 ~35 bytes each in the status: at most ~290 KB, well inside etcd's 1.5 MiB request limit).
-:func:`decide` publishes the first addresses (in candidate order) up to it and names the
-limit for the rest (docs/design.md §4.9), so a Service with thousands of ports on many
-nodes cannot make a status the API server refuses, nor cost us memory by the product."""
+:func:`decide` keeps the first addresses (in candidate order, after the blocks) up to it
+and names the limit for the rest (docs/design.md §4.9), so a Service with thousands of
+ports on many nodes cannot make a status the API server refuses, nor cost us memory by
+the product; :func:`claims` cuts the same, so what it cannot publish blocks no rival."""
 
 
 def with_port_status(
@@ -813,10 +814,22 @@ def claims(
     policy: PortPolicy,
 ) -> frozenset[str]:
     """What a managed Service claims in the competition of :func:`decide`: its candidate
-    addresses minus those its own blocks (:func:`blocks`) take. Pure."""
-    addresses = frozenset(candidates)
+    addresses (in order) minus those its own blocks (:func:`blocks`) take, the first
+    :func:`record_room` of them: what :func:`decide` lets it publish at most, so an
+    address the status could not record blocks no rival. Pure."""
+    ordered = tuple(candidates)
+    addresses = frozenset(ordered)
     lost, _ = blocks(service, addresses, ports=ports, node_of=node_of, policy=policy)
-    return addresses - lost if lost else addresses
+    room = record_room(service)
+    if not lost and len(ordered) <= room:
+        return addresses
+    return frozenset([a for a in ordered if a not in lost][:room])
+
+
+def record_room(service: ServiceView) -> int:
+    """How many addresses ``service``'s status can record (:data:`MAX_PORT_RECORDS` over
+    its ports; unlimited without ports)."""
+    return MAX_PORT_RECORDS // len(service.ports) if service.ports else MAX_PORT_RECORDS
 
 
 class _Contest:
@@ -942,6 +955,14 @@ def decide(
     if conflicts and conflicts[0].holder.kind == "Namespace":
         return Ownership(lost, tuple(conflicts), NAMESPACE_NOT_ALLOWED)
     remaining = [a for a in candidates if a not in lost]
+    # The record limit before the contest, as claims() takes it: a rival reads this
+    # Service's claims to know what it may publish, so both must cut the same addresses.
+    room = record_room(service)
+    if len(remaining) > room:
+        over = tuple(remaining[room:])
+        conflicts.append(Conflict("", 0, Holder("Limit"), over))
+        lost = lost | frozenset(over)
+        remaining = remaining[:room]
     me = (service.namespace, service.name)
     contested = [
         key
@@ -959,12 +980,6 @@ def decide(
                 Conflict(protocol, port, Holder("Service", namespace, name), tuple(addresses))
             )
             lost = lost | frozenset(addresses)
-    kept = [a for a in candidates if a not in lost]
-    room = MAX_PORT_RECORDS // len(service.ports)
-    if len(kept) > room:
-        over = tuple(kept[room:])
-        conflicts.append(Conflict("", 0, Holder("Limit"), over))
-        lost = lost | frozenset(over)
     if not lost:
         return Ownership(frozenset(), tuple(conflicts), None) if conflicts else NO_CONFLICT
     return Ownership(frozenset(lost), tuple(conflicts), PORT_IN_USE)

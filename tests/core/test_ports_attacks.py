@@ -497,3 +497,15 @@ def test_f10_a_malformed_selector_keeps_no_address_a_host_network_pod_takes() ->
         e.get("reason") == "StaleIngressWithdrawn" and "kube-system/ingress" in e.get("note", "")
         for e in world.api.events
     ), [e.get("note") for e in world.api.events]
+
+
+def test_f11_addresses_beyond_the_record_limit_claim_no_port() -> None:
+    """att/hog has 2,000 ports (``allocateLoadBalancerNodePorts: false``): its status can
+    record 4 addresses of 5 (8,192 port records), so the fifth node's is not published.
+    It must not block that address either: team-v/late, created later on one of hog's
+    ports, gets the fifth node, and only it (the four hog publishes are hog's)."""
+    nodes = NodeIndex([node(f"n{i}", internal=[f"10.0.0.{i}"]) for i in range(1, 6)])
+    hog = svc("hog", *range(20000, 22000), namespace="att", created=NOW - 60)
+    late = svc("late", 20080, namespace="team-v", created=NOW)
+    assert published(hog, late, nodes=nodes) == tuple(f"10.0.0.{i}" for i in range(1, 5))
+    assert published(late, hog, nodes=nodes) == ("10.0.0.5",)
