@@ -156,8 +156,9 @@ def test_a_replica_that_becomes_leader_writes_the_ca_bundle_when_woken(
     sync = replica("pod-a")
     sync.is_leader = leading.is_set
     sync.bootstrap(timeout=5)
-    sync.start()
+    # Counted before start(): the loop's first check may come before the next line runs.
     reads = len(writes(fake_api, "get"))
+    sync.start()
     deadline = time.monotonic() + 5
     while len(writes(fake_api, "get")) == reads and time.monotonic() < deadline:
         time.sleep(0.02)
