@@ -74,7 +74,9 @@ def test_an_invalid_pool_is_refused_naming_the_field_and_flips_when_fixed(
     start(leader_elect=False, wall_clock=lambda: now[0])
     refused = condition(memory_api, "edge")
     assert (refused["status"], refused["reason"]) == ("False", INVALID_SPEC)
-    assert refused["message"].startswith("spec.nodeSelector: Invalid value:"), refused
+    assert refused["message"].startswith(
+        'spec.nodeSelector.matchLabels[role]: Invalid value: "edge!"'
+    ), refused
     assert "applies to no Service" in refused["message"]
     assert settled(memory_api) == 1
     now[0] += 60

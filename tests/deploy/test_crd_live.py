@@ -93,7 +93,9 @@ def test_the_controller_writes_each_pools_accepted_condition(plane: ControlPlane
             controller.stop(timeout=5)
     assert accepted["team-a-edge"]["status"] == "True", accepted
     assert accepted["bad-labels"]["reason"] == "InvalidSpec"
-    assert accepted["bad-labels"]["message"].startswith("spec.nodeSelector: Invalid value")
+    assert accepted["bad-labels"]["message"].startswith(
+        'spec.nodeSelector.matchLabels[role]: Invalid value: "edge!"'
+    )
     assert fixed["bad-labels"]["observedGeneration"] == 2
     rows = plane.kubectl("get", "nap").stdout.splitlines()
     column = rows[0].index("ACCEPTED")  # by offset: empty cells print as blanks
