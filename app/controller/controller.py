@@ -614,7 +614,13 @@ class Controller:
                 # Our write took addresses away: the sharers of its ports may now win them
                 # (a Service that publishes an address nowhere claims nothing there, §4.9).
                 # One hop per write; a write that only adds addresses changes no decision.
-                if old is not None and set(stored_vip_ips(old)) - set(stored_vip_ips(new)):
+                # An old version without ingress (a cold start: every echo) took nothing.
+                if (
+                    old is not None
+                    and old.ingress
+                    and old.ingress is not new.ingress
+                    and set(stored_vip_ips(old)) - set(stored_vip_ips(new))
+                ):
                     yield from self.cache.related(held_ports(new)) - {key}
                 continue
             yield key
