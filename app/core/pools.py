@@ -110,6 +110,9 @@ def label_selector(value: object, *, field: str) -> Selector | None:
     labels = value.get("matchLabels") or {}
     if not isinstance(labels, Mapping):
         raise ValueError(f"{field}.matchLabels: Invalid value: must be an object")
+    for key in labels:
+        if not isinstance(key, str):  # a YAML dump's unquoted number; the API has strings
+            raise ValueError(f"{field}.matchLabels: Invalid value: {key!r}: must be a string")
     for key, val in sorted(labels.items()):
         if not isinstance(val, str):
             raise ValueError(f"{field}.matchLabels[{key}]: Invalid value: must be a string")

@@ -281,6 +281,8 @@ def test_label_selector_means_what_apimachinery_means() -> None:
         ),
         ({"matchLabels": {"role!": "edge"}}, "f.matchLabels", '"role!"'),
         ({"matchLabels": {"role": "edge "}}, "f.matchLabels[role]", '"edge "'),
+        # A YAML dump's unquoted number as a key (the API server only has strings).
+        ({"matchLabels": {1: "edge", "b": "c"}}, "f.matchLabels", "1"),
     ],
 )
 def test_label_selector_refuses_keys_and_values_apimachinery_refuses(
