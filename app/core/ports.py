@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -828,8 +829,8 @@ def claims(
 
 def record_room(service: ServiceView) -> int:
     """How many addresses ``service``'s status can record (:data:`MAX_PORT_RECORDS` over
-    its ports; unlimited without ports)."""
-    return MAX_PORT_RECORDS // len(service.ports) if service.ports else MAX_PORT_RECORDS
+    its ports; without ports no record is written, so no limit: ``sys.maxsize``)."""
+    return MAX_PORT_RECORDS // len(service.ports) if service.ports else sys.maxsize
 
 
 class _Contest:
