@@ -72,7 +72,7 @@ from app.core.hazards import Hazard
 from app.core.nodehealth import NO_HEALTH, HealthView
 from app.core.nodeipam import has_our_class, is_managed
 from app.core.options import SelectionSettings
-from app.core.ports import port_key, stale_ingress
+from app.core.ports import port_key, stale_ingress, unrecorded_ports
 from app.core.status import PortRecord, status_differs, with_ports
 from app.core.text import elide, elide_bytes
 from app.core.views import ServiceView, StoredCondition
@@ -307,6 +307,10 @@ class Reconciler:
             )
             changed = why is not None or condition.differs(service.serving)
             entry, _ = condition.written(service.serving, now)
+            pinned = None if why is not None else unrecorded_ports(service)
+            if pinned is not None:
+                self._pin_ports(key, service, pinned, entry)
+                return None
             self._withdraw(key, service, why, entry if changed else None)
             return None
         desired = outcome.ingress
@@ -663,6 +667,35 @@ class Reconciler:
                 elide_bytes(f"node addresses withdrawn: {why}", NOTE_LIMIT_BYTES),
             ),
             uid=service.uid,
+        )
+
+    def _pin_ports(
+        self,
+        key: str,
+        service: ServiceView,
+        ingress: Sequence[Mapping[str, Any]],
+        condition: Mapping[str, Any],
+    ) -> None:
+        """Write ``ingress`` (:func:`app.core.ports.unrecorded_ports`: the stored entries,
+        those that recorded no ports now recording the Service's current ones) and our
+        ``condition`` for a Service whose selector does not parse, with the Service's
+        ``metadata.resourceVersion`` as a precondition: the entries come from the cache,
+        so a status changed since is never written over (409 Conflict; the worker retries
+        with backoff, by which time the newer version is cached). Errors propagate as a
+        write's do."""
+        if not self._is_leader():
+            return
+        patch = status_patch(ingress, condition=condition)
+        if service.resource_version:
+            patch["metadata"] = {"resourceVersion": service.resource_version}
+        self._api.patch_service_status(namespace=service.namespace, name=service.name, patch=patch)
+        log_event(
+            LOG,
+            "ports recorded in a kept ingress",
+            service=key,
+            ports=[f"{port}/{protocol}" for port, protocol, _ in port_key(service)],
+            why="its node selector does not parse: the entries recorded no ports, which"
+            " counts for every port the Service may add",
         )
 
     def forget(self, key: str) -> None:

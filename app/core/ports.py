@@ -446,6 +446,38 @@ def ports_covered(service: ServiceView) -> bool:
     )
 
 
+def unrecorded_ports(service: ServiceView) -> tuple[dict[str, Any], ...] | None:
+    """The stored ingress of ``service`` with :func:`port_status` (its current ports)
+    recorded in every entry that records none (no ``ports``, or ``ports: []``), as new
+    dicts, the other entries as they are; ``None`` when there is nothing to record: no
+    stored ingress, no port, or every entry already records its ports.
+
+    For a Service whose selector does not parse (docs/design.md §4.1, §4.9): its stored
+    ingress is kept, never decided again, and an entry without ``ports`` counts as
+    published for *every* port of the Service (:func:`published_ports`), so without this
+    a port its author adds later would be incumbent there at once, taking it from the
+    Service that published it first. The reconciler writes this once, at first sight (a
+    migration from Cilium's Node IPAM, whose entries record no ports), pinning the entries
+    to the ports the Service had then; a port added after that is not covered
+    (:func:`ports_covered`) and the ingress is withdrawn (:func:`stale_ingress`)."""
+    entries = service.ingress or ()
+    if not entries or not service.ports or service.ingress_ports is not None:
+        return None  # ingress_ports: every entry records the same non-empty list
+    missing = [not (isinstance(e.get("ports"), list) and e.get("ports")) for e in entries]
+    if not any(missing):
+        return None
+    record = port_key(service)
+    out: list[dict[str, Any]] = []
+    room = MAX_PORT_RECORDS
+    for entry, lacks in zip(entries, missing, strict=True):
+        written = with_ports([entry], record)[0] if lacks else dict(entry)
+        room -= len(written["ports"])
+        if room < 0:
+            break  # as decide keeps the first addresses up to the limit
+        out.append(written)
+    return tuple(out)
+
+
 def stale_ingress(service: ServiceView, *, ours: bool) -> str | None:
     """Why the stored ingress of a Service that the controller does not decide must be
     withdrawn all the same (docs/design.md §3, §4.9), or ``None``.

@@ -285,6 +285,10 @@ class MemoryAPI:
             if key not in self.objects["services"]:
                 raise ApiError(404, f'services "{name}" not found')
             obj = copy.deepcopy(self.objects["services"][key])
+            # A resourceVersion in the patch is a precondition (kube-apiserver: 409).
+            wanted = (patch.get("metadata") or {}).get("resourceVersion")
+            if wanted and wanted != obj["metadata"].get("resourceVersion"):
+                raise ApiError(409, f'Operation cannot be fulfilled on services "{name}"')
             # A strategic merge patch of the status alone, as kube-apiserver applies it to
             # the status subresource: ingress replaced, conditions merged by type.
             merged = strategic_merge_patch(obj, {"status": patch["status"]}, SERVICE_SCHEMA)

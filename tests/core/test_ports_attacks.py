@@ -29,6 +29,7 @@ from app.core.views import (
     ServiceView,
     service_view,
 )
+from app.kube.client import ApiError
 from tests.core.attacks_support import (
     SETTINGS,
     World,
@@ -509,3 +510,54 @@ def test_f11_addresses_beyond_the_record_limit_claim_no_port() -> None:
     late = svc("late", 20080, namespace="team-v", created=NOW)
     assert published(hog, late, nodes=nodes) == tuple(f"10.0.0.{i}" for i in range(1, 5))
     assert published(late, hog, nodes=nodes) == ("10.0.0.5",)
+
+
+def test_f12_a_malformed_selector_pins_the_ports_of_a_cilium_era_status() -> None:
+    """att/s (a year old, port 80) carries a status Cilium's Node IPAM wrote: entries
+    without ``ports``, which count as published for every port of the Service (§4.9, a
+    migration keeps what it publishes). Its selector does not parse, so §4.1 keeps that
+    status and never decides it again. team-v/web, younger, publishes 443 on both nodes.
+    Then att/s adds 443: were the entries still port-less, att/s would be incumbent for
+    443 (both are, and the older wins) and take 443 on every node from web, which
+    published it first. The first reconcile of att/s records its ports then (80) in the
+    kept entries, so 443 is not covered: its ingress is withdrawn and web keeps 443."""
+    world = World()
+    broken = svc_obj("s", 80, namespace="att", created=NOW - 365 * 86_400)
+    broken["metadata"]["annotations"] = {"io.cilium.nodeipam/match-node-labels": "a in (b"}
+    broken["status"] = {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"} for ip in BOTH]}}
+    world.apply("services", broken)
+    world.apply("services", svc_obj("web", 443, namespace="team-v", created=NOW))
+    world.reconcile("team-v/web", "att/s")
+    assert world.api.ingress("team-v/web") == list(BOTH)
+    assert world.api.ingress("att/s") == list(BOTH), "§4.1: the stored status stays"
+    entries = world.view("att/s").ingress or ()
+    assert world.view("att/s").ingress_ports == ((80, "TCP", None),), entries
+    # The owner adds 443 (the webhook fails open; the selector still does not parse).
+    grown = svc_obj("s", 80, namespace="att", created=NOW - 365 * 86_400)
+    grown["metadata"]["annotations"] = broken["metadata"]["annotations"]
+    grown["spec"]["ports"].append({"name": "https", "port": 443, "protocol": "TCP"})
+    world.apply("services", grown)
+    world.reconcile("att/s", "team-v/web")
+    assert world.api.ingress("att/s") == []
+    assert world.api.ingress("team-v/web") == list(BOTH)
+    assert not captured(world.view("att/s"))
+
+
+def test_f12_the_ports_are_pinned_only_over_the_version_they_were_read_from() -> None:
+    """The pinning write carries the Service's ``resourceVersion`` as a precondition: the
+    entries come from the cache, so a status changed on the server since (another
+    controller's write, an update not yet seen) is never written over; the API server
+    answers 409 and the worker retries once the newer version is cached."""
+    world = World()
+    broken = svc_obj("s", 80, namespace="att", created=NOW - 60)
+    broken["metadata"]["annotations"] = {"io.cilium.nodeipam/match-node-labels": "a in (b"}
+    broken["status"] = {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"} for ip in BOTH]}}
+    world.apply("services", broken)
+    newer = world.api.get("services", "att/s")
+    assert newer is not None
+    newer["status"] = {"loadBalancer": {"ingress": [{"ip": "10.0.0.1", "ipMode": "VIP"}]}}
+    world.api.apply("services", newer)  # on the server, not yet in the cache
+    with pytest.raises(ApiError) as raised:
+        world.reconciler.reconcile("att/s")
+    assert raised.value.status == 409
+    assert world.api.ingress("att/s") == ["10.0.0.1"], "the newer status stays"

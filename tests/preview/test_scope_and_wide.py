@@ -154,3 +154,23 @@ def test_a_huge_selector_gives_a_bounded_row_that_keeps_the_reason(write: Write)
     assert len(row) < 500
     assert "characters)…" in row
     assert row.endswith("expected: ',' or 'end of string' (at byte 200010)")
+
+
+def test_wide_says_change_for_a_malformed_selector_whose_entries_record_no_ports(
+    write: Write,
+) -> None:
+    """A Service whose selector does not parse keeps its stored ingress (docs/design.md
+    §4.1); entries without ``ports`` (Cilium's) get the Service's ports recorded once
+    (§4.9, ``unrecorded_ports``): CHANGE says so, and says nothing once they record them."""
+    nodes = [node_obj("n1", internal=["10.0.0.1"])]
+    kept = [{"ip": "10.0.0.1", "ipMode": "VIP"}]
+    recorded = [{**kept[0], "ports": [{"port": 80, "protocol": "TCP"}]}]
+    cilium_era = service_obj("cilium-era", selector="a in (b", ingress=kept)
+    pinned = service_obj("pinned", selector="a in (b", ingress=recorded)
+    for obj in (cilium_era, pinned):
+        obj["spec"]["ports"] = [{"name": "http", "port": 80, "protocol": "TCP"}]
+    run = preview("-f", write(dump(*nodes, cilium_era, pinned)), "-o", "wide")
+    assert run.code == 1, run.stderr  # 1: a malformed selector is listed
+    rows = {r["NAME"]: r for r in parse_table(run.stdout)}
+    assert (rows["cilium-era"]["EXTERNAL-IP"], rows["cilium-era"]["CHANGE"]) == ("<error>", "yes")
+    assert (rows["pinned"]["CURRENT"], rows["pinned"]["CHANGE"]) == ("10.0.0.1", "no")
