@@ -43,9 +43,7 @@ from bench.peer_workload import (
     report_schedule,
     say,
 )
-from bench.procs import (
-    Process,
-)
+from bench.procs import Process, cpu_by_thread
 from bench.profile import PySpy, summary
 from bench.realapi import RealApi, start_realapi
 from tests.peers.cilium.differential import cilium_manages
@@ -68,6 +66,8 @@ class Phase:
     written_after: float | None = None
     quiet_after: float | None = None
     cpu_written: float | None = None
+    threads_written: dict[str, float] = field(default_factory=dict)
+    """Cold start: CPU seconds by thread name until written (:func:`bench.procs.cpu_by_thread`)."""
     cpu_quiet: float | None = None
     rss_mb: float | None = None
     requests_written: dict[str, int] = field(default_factory=dict)
@@ -223,6 +223,11 @@ def _deltas(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str
     return {name: after[name] - before.get(name, 0.0) for name in after}
 
 
+def _by_thread(phase: Phase) -> str:
+    ordered = sorted(phase.threads_written.items(), key=lambda item: -item[1])
+    return ", ".join(f"{name} {seconds:.2f}" for name, seconds in ordered if seconds >= 0.01)
+
+
 def cold_start(ctx: Context, ctl: Controller, watch: StatusWatch) -> Phase:
     """Phase 1 (module docstring): start ``ctl`` on blank statuses, wait for every managed
     Service (``watch``'s first target) and for quiet, within ``--cap`` seconds."""
@@ -243,6 +248,9 @@ def cold_start(ctx: Context, ctl: Controller, watch: StatusWatch) -> Phase:
         written_at = watch.wait(max(left, 0.0), alive=ctl.check_alive)
         phase.written_after = written_at - ctl.started
         phase.cpu_written = ctl.cpu()
+        if isinstance(ctl, OursController):
+            phase.threads_written = cpu_by_thread(ctl.pid())
+            ctx.log("    cold start: CPU until written by thread: " + _by_thread(phase))
         phase.requests_written = api.requests()
         if spy is not None:
             spy.stop()

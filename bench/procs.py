@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -28,6 +29,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.web.tls import write_dev_certs
+from bench.profile import py_spy_path
 from tests.support.ports import free_port
 from tests.support.processes import die_with_parent, tail
 
@@ -75,6 +77,38 @@ def cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def cpu_by_thread(pid: int) -> dict[str, float]:
+    """CPU time (``utime + stime``, seconds) of each live thread of process ``pid``, by
+    thread name: the Python ``threading`` name when ``py-spy dump`` is installed and can
+    read the process (threads of one name, e.g. two ``reconcile-N``, are kept apart by
+    their names; unnamed ones are ``Thread-N``), else the kernel's ``comm`` with the
+    thread id. Threads that have ended are not counted (their time is only in
+    :func:`cpu_seconds`). Empty when the process is gone."""
+    names: dict[str, str] = {}
+    spy = py_spy_path()
+    if spy is not None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            dump = subprocess.run(
+                [spy, "dump", "--pid", str(pid), "--nonblocking"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout
+            for match in re.finditer(r'^Thread (\d+) \([^)]*\): "([^"]*)"', dump, re.M):
+                names[match.group(1)] = match.group(2)
+    seconds: dict[str, float] = {}
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                stat = (task / "stat").read_text()
+                comm = stat.split("(", 1)[1].rsplit(")", 1)[0]
+                fields = stat.rsplit(")", 1)[1].split()
+                name = names.get(task.name, f"{comm}[{task.name}]")
+                used = (int(fields[11]) + int(fields[12])) / CLK_TCK
+                seconds[name] = seconds.get(name, 0.0) + used
+    return seconds
 
 
 def memory_mb(pid: int, field: str = "VmHWM") -> float:
