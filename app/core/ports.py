@@ -459,7 +459,12 @@ def unrecorded_ports(service: ServiceView) -> tuple[dict[str, Any], ...] | None:
     Service that published it first. The reconciler writes this once, at first sight (a
     migration from Cilium's Node IPAM, whose entries record no ports), pinning the entries
     to the ports the Service had then; a port added after that is not covered
-    (:func:`ports_covered`) and the ingress is withdrawn (:func:`stale_ingress`)."""
+    (:func:`ports_covered`) and the ingress is withdrawn (:func:`stale_ingress`).
+
+    Entries past :data:`MAX_PORT_RECORDS` records in all are left out, as :func:`decide`
+    leaves out addresses past it, so a write stays within what the API server stores (the
+    reconciler withdraws such a Service's whole ingress before it gets here: port
+    ownership gives the addresses past the limit to nobody, ``Reconciler._taken``)."""
     entries = service.ingress or ()
     if not entries or not service.ports or service.ingress_ports is not None:
         return None  # ingress_ports: every entry records the same non-empty list
