@@ -19,6 +19,7 @@ from app.core.ports import (
     decide,
     parse_port_exceptions,
     parse_port_ranges,
+    unrecorded_ports,
 )
 from app.core.views import PodView, ServiceView, pod_view, service_view
 from tests.core.builders import NOW, node, rfc3339, service_obj
@@ -371,3 +372,33 @@ def test_an_incumbent_keeps_an_address_its_stored_ingress_spells_otherwise() -> 
 def test_an_exception_that_can_never_match_is_refused(entry: str) -> None:
     with pytest.raises(ValueError, match="lower case DNS-1123"):
         SelectionSettings(reserved_port_exceptions=entry)
+
+
+def test_unrecorded_ports_records_the_ports_only_where_an_entry_has_none() -> None:
+    """docs/design.md §4.9: entries without ``ports`` (or ``ports: []``) get the Service's
+    ports; an entry that records its own keeps them; nothing to do gives ``None``; the
+    entries past MAX_PORT_RECORDS records are left out, as decide leaves addresses out."""
+    cilium = svc("s", 80, (53, "UDP"), ingress=("10.0.0.1", "10.0.0.2", "10.0.0.3"))
+    assert cilium.ingress_ports is None
+    raw = [dict(e) for e in cilium.ingress or ()]
+    raw[1]["ports"] = [{"port": 80, "protocol": "TCP"}]
+    raw[2]["ports"] = []
+    obj = service_obj("s", ingress=raw)
+    obj["spec"]["ports"] = [
+        {"name": "http", "port": 80, "protocol": "TCP"},
+        {"name": "dns", "port": 53, "protocol": "UDP"},
+    ]
+    mixed = service_view(obj)
+    both = [{"port": 80, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}]
+    assert unrecorded_ports(mixed) == (
+        {"ip": "10.0.0.1", "ipMode": "VIP", "ports": both},
+        {"ip": "10.0.0.2", "ipMode": "VIP", "ports": [{"port": 80, "protocol": "TCP"}]},
+        {"ip": "10.0.0.3", "ipMode": "VIP", "ports": both},
+    )
+    recorded = service_view({**obj, "status": {"loadBalancer": {"ingress": list(
+        unrecorded_ports(mixed) or ()
+    )}}})  # fmt: skip
+    assert unrecorded_ports(recorded) is None
+    assert unrecorded_ports(svc("s", 80)) is None  # no stored ingress
+    hog = svc("hog", *range(20000, 22000), ingress=tuple(f"10.0.0.{i}" for i in range(1, 6)))
+    assert [e["ip"] for e in unrecorded_ports(hog) or ()] == [f"10.0.0.{i}" for i in range(1, 5)]
