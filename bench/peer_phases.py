@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx
 
 from bench.address_pools import COLLECTION, crd_object
 from bench.cluster import (
@@ -252,6 +255,14 @@ def cold_start(ctx: Context, ctl: Controller, watch: StatusWatch) -> Phase:
         if isinstance(ctl, OursController):
             phase.threads_written = cpu_by_thread(ctl.pid())
             ctx.log("    cold start: CPU until written by thread: " + _by_thread(phase))
+            if ctl.serve is not None:
+                with contextlib.suppress(httpx.HTTPError, OSError, ValueError):
+                    samples = ctl.serve.metrics()
+                    counted = {
+                        name: int(samples.get(name, 0))
+                        for name in ("controller_runtime_reconcile_total", "workqueue_adds_total")
+                    }
+                    ctx.log(f"    cold start: until written, {counted}")
         phase.requests_written = api.requests()
         if spy is not None:
             spy.stop()
