@@ -28,9 +28,20 @@ def test_the_command_prints_a_line_per_pass(capsys: pytest.CaptureFixture[str]) 
     assert lines[0].startswith("machine: ")
     assert [line.split(",")[0] for line in lines[1:] if "statuses" not in line] == [
         "0 pools"
-    ] * 2 + ["3 pools"] * 2
+    ] * 3 + ["3 pools"] * 3
     assert "kept" in lines[2] and "kept" not in lines[1]
-    assert lines[3].startswith("0 pools, statuses: ") and lines[6].startswith("3 pools, statuses")
+    assert lines[3].startswith("0 pools, reconcile pass 1: CPU ")
+    assert lines[4].startswith("0 pools, statuses: ") and lines[8].startswith("3 pools, statuses")
+
+
+@pytest.mark.parametrize("count", [0, 20])
+def test_the_reconcile_pass_writes_every_managed_status_it_decides(count: int) -> None:
+    """Blank statuses: every managed Service whose expected ingress is not empty gets one
+    write (an empty one only its condition, which is a write too): one per Service."""
+    cluster = with_address_pools(make_cluster(TINY), count, TINY)
+    cpu, writes, size = bench_decide.reconcile_pass(cluster)
+    assert writes == TINY.managed
+    assert size > writes * 100 and cpu > 0
 
 
 def test_statuses_are_every_expected_entry_and_cost_memory() -> None:
