@@ -25,7 +25,7 @@ import time
 import tracemalloc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from app.controller.cache import ClusterCache
 from app.controller.events import EventRecorder
@@ -41,6 +41,7 @@ from app.core.views import (
     node_view,
     service_view,
 )
+from app.kube.client import KubeAPI
 from bench.cluster import (
     Cluster,
     Scale,
@@ -51,7 +52,6 @@ from bench.cluster import (
     with_address_pools,
 )
 from bench.procs import machine
-from tests.controller.memory_api import MemoryAPI
 
 
 @dataclass(frozen=True)
@@ -112,11 +112,11 @@ def stored_statuses(cluster: Cluster) -> tuple[int, float]:
     return sum(len(view.ingress or ()) for view in kept), memory
 
 
-class _CountingAPI(MemoryAPI):
-    """MemoryAPI whose status PATCH only counts: the requests and their JSON bytes."""
+class _CountingAPI:
+    """The one :class:`~app.kube.client.KubeAPI` call a reconcile makes here: the status
+    PATCH, counted with its JSON bytes, never sent (Events are queued, never flushed)."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.writes = 0
         self.bytes = 0
 
@@ -159,7 +159,8 @@ def reconcile_pass(cluster: Cluster) -> tuple[float, int, int]:
     )
     views = {service_key(raw): service_view(raw) for raw in cluster.services}
     cache.replace("services", views)
-    api = _CountingAPI()
+    counting = _CountingAPI()
+    api = cast(KubeAPI, counting)
     recorder = EventRecorder(api=api, identity="bench-decide")
     reconciler = Reconciler(
         cache=cache, api=api, recorder=recorder, settings=settings, is_leader=lambda: True
@@ -168,7 +169,7 @@ def reconcile_pass(cluster: Cluster) -> tuple[float, int, int]:
     started = time.process_time()
     for key in keys:
         reconciler.reconcile(key)
-    return time.process_time() - started, api.writes, api.bytes
+    return time.process_time() - started, counting.writes, counting.bytes
 
 
 def main(argv: Sequence[str] | None = None) -> None:
