@@ -72,7 +72,13 @@ from app.core.hazards import Hazard
 from app.core.nodehealth import NO_HEALTH, HealthView
 from app.core.nodeipam import has_our_class, is_managed
 from app.core.options import SelectionSettings
-from app.core.ports import port_key, stale_ingress, unrecorded_ports
+from app.core.ports import (
+    MAX_PORT_RECORDS,
+    pinned_ports,
+    port_key,
+    record_count,
+    stale_ingress,
+)
 from app.core.status import PortRecord, status_differs, with_ports
 from app.core.text import elide, elide_bytes
 from app.core.views import ServiceView, StoredCondition
@@ -102,6 +108,13 @@ def status_patch(
     return {"status": status}
 
 
+_OVER_LIMIT = (
+    "with the Service's ports recorded in each entry, its status would hold more than"
+    f" {MAX_PORT_RECORDS} PortStatus records (its ports x its entries), and its node selector"
+    " does not parse, so it is not decided again"
+)
+"""Why the kept ingress of a Service whose selector does not parse is withdrawn when its
+ports cannot be recorded within the limit (``app.core.ports.MAX_PORT_RECORDS``)."""
 SELECTOR_SHOWN = 200
 """Characters of a malformed selector an Event note quotes (cut in the middle)."""
 EXTERNAL_IP_SLOT = "external-ip"
@@ -301,13 +314,16 @@ class Reconciler:
                 or self._outside_pool(service, snap)
                 or self._taken(service, snap)
             )
-            kept = 0 if why is not None else len(service.ingress or ())
+            # Its entries' ports, brought to what it still has (§4.9: never widened).
+            pinned = None if why is not None else pinned_ports(service)
+            if pinned is not None and record_count(pinned) > MAX_PORT_RECORDS:
+                why, pinned = _OVER_LIMIT, None
+            kept = 0 if why is not None else len(pinned or service.ingress or ())
             condition = invalid_selector(
                 outcome.error or outcome.reason, kept=kept, generation=service.generation
             )
             changed = why is not None or condition.differs(service.serving)
             entry, _ = condition.written(service.serving, now)
-            pinned = None if why is not None else unrecorded_ports(service)
             if pinned is not None:
                 self._pin_ports(key, service, pinned, entry)
                 return None
@@ -676,8 +692,8 @@ class Reconciler:
         ingress: Sequence[Mapping[str, Any]],
         condition: Mapping[str, Any],
     ) -> None:
-        """Write ``ingress`` (:func:`app.core.ports.unrecorded_ports`: the stored entries,
-        those that recorded no ports now recording the Service's current ones) and our
+        """Write ``ingress`` (:func:`app.core.ports.pinned_ports`: the stored entries,
+        each recording the Service's ports it may still claim there) and our
         ``condition`` for a Service whose selector does not parse, with the Service's
         ``metadata.resourceVersion`` as a precondition: the entries come from the cache,
         so a status changed since is never written over (409 Conflict; the worker retries
@@ -694,8 +710,8 @@ class Reconciler:
             "ports recorded in a kept ingress",
             service=key,
             ports=[f"{port}/{protocol}" for port, protocol, _ in port_key(service)],
-            why="its node selector does not parse: the entries recorded no ports, which"
-            " counts for every port the Service may add",
+            why="its node selector does not parse: an entry recording no ports, or a port"
+            " the Service dropped, would count for a port added later",
         )
 
     def forget(self, key: str) -> None:

@@ -446,41 +446,60 @@ def ports_covered(service: ServiceView) -> bool:
     )
 
 
-def unrecorded_ports(service: ServiceView) -> tuple[dict[str, Any], ...] | None:
-    """The stored ingress of ``service`` with :func:`port_status` (its current ports)
-    recorded in every entry that records none (no ``ports``, or ``ports: []``), as new
-    dicts, the other entries as they are; ``None`` when there is nothing to record: no
-    stored ingress, no port, or every entry already records its ports.
+def pinned_ports(service: ServiceView) -> tuple[dict[str, Any], ...] | None:
+    """The stored ingress of ``service`` with each entry's ``ports`` brought to what the
+    Service may still claim with it, as new dicts: an entry that records none (no
+    ``ports``, or ``ports: []``) gets :func:`port_status` (the Service's current ports);
+    an entry that records ports the Service no longer has keeps only those it still has
+    (never one it did not record). ``None`` when nothing changes: no stored ingress, no
+    port, or every entry records exactly ports the Service has.
 
     For a Service whose selector does not parse (docs/design.md §4.1, §4.9): its stored
-    ingress is kept, never decided again, and an entry without ``ports`` counts as
-    published for *every* port of the Service (:func:`published_ports`), so without this
-    a port its author adds later would be incumbent there at once, taking it from the
-    Service that published it first. The reconciler writes this once, at first sight (a
-    migration from Cilium's Node IPAM, whose entries record no ports), pinning the entries
-    to the ports the Service had then; a port added after that is not covered
-    (:func:`ports_covered`) and the ingress is withdrawn (:func:`stale_ingress`).
-
-    Entries past :data:`MAX_PORT_RECORDS` records in all are left out, as :func:`decide`
-    leaves out addresses past it, so a write stays within what the API server stores (the
-    reconciler withdraws such a Service's whole ingress before it gets here: port
-    ownership gives the addresses past the limit to nobody, ``Reconciler._taken``)."""
+    ingress is kept and never decided again, so its recorded ports are what port
+    ownership reads. An entry without ``ports`` counts as published for *every* port of
+    the Service (:func:`published_ports`), and one that still records a port the Service
+    dropped would count for it again when the port is added back; either way a port added
+    later would be incumbent at once, taking it from the Service that published it in
+    between. The reconciler writes this once per change of the ports (the first at first
+    sight: a migration from Cilium's Node IPAM, whose entries record no ports); a port
+    added after that is not covered (:func:`ports_covered`) and the ingress is withdrawn
+    (:func:`stale_ingress`). The result may hold more than :data:`MAX_PORT_RECORDS`
+    records: the caller withdraws such an ingress instead (:func:`record_count`)."""
     entries = service.ingress or ()
-    if not entries or not service.ports or service.ingress_ports is not None:
-        return None  # ingress_ports: every entry records the same non-empty list
-    missing = [not (isinstance(e.get("ports"), list) and e.get("ports")) for e in entries]
-    if not any(missing):
+    if not entries or not service.ports:
         return None
-    record = port_key(service)
+    current = port_key(service)
+    wanted = set(service.ports)
+    shared = service.ingress_ports  # every entry records these (stripped by the view)
     out: list[dict[str, Any]] = []
-    room = MAX_PORT_RECORDS
-    for entry, lacks in zip(entries, missing, strict=True):
-        written = with_ports([entry], record)[0] if lacks else dict(entry)
-        room -= len(written["ports"])
-        if room < 0:
-            break  # as decide keeps the first addresses up to the limit
-        out.append(written)
-    return tuple(out)
+    changed = False
+    for entry in entries:
+        raw = entry.get("ports") if shared is None else None
+        if shared is not None:
+            records = [(port, protocol, error) for port, protocol, error in shared]
+        elif isinstance(raw, list) and raw:
+            records = [
+                (p.get("port"), p.get("protocol") or "TCP", p.get("error"))
+                if isinstance(p, Mapping)
+                else (None, None, None)
+                for p in raw
+            ]
+        else:
+            out.append(with_ports([entry], current)[0])
+            changed = True
+            continue
+        kept = tuple(r for r in records if (r[1], r[0]) in wanted)
+        if len(kept) != len(records):
+            changed = True
+        if kept:  # none kept: the entry covers no port the Service has, so it goes
+            out.append(with_ports([entry], kept)[0])
+    return tuple(out) if changed else None
+
+
+def record_count(ingress: Sequence[Mapping[str, Any]]) -> int:
+    """The ``PortStatus`` records of ``ingress`` (each entry's ``ports``), to compare with
+    :data:`MAX_PORT_RECORDS`."""
+    return sum(len(e.get("ports") or ()) for e in ingress)
 
 
 def stale_ingress(service: ServiceView, *, ours: bool) -> str | None:

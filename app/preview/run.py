@@ -50,7 +50,7 @@ from app.core.nodehealth import NO_UNHEALTHY
 from app.core.nodeindex import NodeIndex
 from app.core.nodeipam import LOCAL, Selection, is_managed
 from app.core.options import SelectionSettings
-from app.core.ports import PortIndex, unrecorded_ports
+from app.core.ports import PortIndex, pinned_ports, stale_ingress
 from app.core.status import ingress_differs, with_ports
 from app.core.text import elide
 from app.core.views import EndpointSliceView, ServiceView
@@ -182,11 +182,14 @@ def would_change(sel: Selection, svc: ServiceView) -> bool:
     """True when the controller would write ``sel``'s ingress over ``svc``'s stored one
     (the reconciler's own comparison, :func:`app.core.status.ingress_differs`); never for
     a Service that is not managed. For one whose selector does not parse (its stored
-    ingress is kept, docs/design.md §4.1): true when its entries record no ports, which
-    the reconciler records once (:func:`app.core.ports.unrecorded_ports`); the
-    withdrawals of §3 are not shown here."""
+    ingress is kept, docs/design.md §4.1): true when the reconciler withdraws it for its
+    ports or its deletion (:func:`app.core.ports.stale_ingress`) or records its ports in
+    its entries (:func:`app.core.ports.pinned_ports`); the withdrawals that port ownership
+    or a NodeAddressPool decide (§3) are not shown here."""
     if sel.ingress is None:
-        return sel.managed and unrecorded_ports(svc) is not None
+        return sel.managed and (
+            stale_ingress(svc, ours=True) is not None or pinned_ports(svc) is not None
+        )
     stored = with_ports(svc.ingress or (), svc.ingress_ports)
     return ingress_differs(sel.ingress, stored)
 

@@ -15,11 +15,13 @@ import pytest
 from app.core.nodeindex import NodeIndex
 from app.core.options import SelectionSettings
 from app.core.ports import (
+    MAX_PORT_RECORDS,
     PortRange,
     decide,
     parse_port_exceptions,
     parse_port_ranges,
-    unrecorded_ports,
+    pinned_ports,
+    record_count,
 )
 from app.core.views import PodView, ServiceView, pod_view, service_view
 from tests.core.builders import NOW, node, rfc3339, service_obj
@@ -374,10 +376,11 @@ def test_an_exception_that_can_never_match_is_refused(entry: str) -> None:
         SelectionSettings(reserved_port_exceptions=entry)
 
 
-def test_unrecorded_ports_records_the_ports_only_where_an_entry_has_none() -> None:
+def test_pinned_ports_records_the_ports_only_where_an_entry_has_none() -> None:
     """docs/design.md §4.9: entries without ``ports`` (or ``ports: []``) get the Service's
-    ports; an entry that records its own keeps them; nothing to do gives ``None``; the
-    entries past MAX_PORT_RECORDS records are left out, as decide leaves addresses out."""
+    ports; an entry that records its own keeps those the Service still has; nothing to do
+    gives ``None``; the records are not cut at MAX_PORT_RECORDS (the reconciler withdraws
+    such an ingress, record_count tells)."""
     cilium = svc("s", 80, (53, "UDP"), ingress=("10.0.0.1", "10.0.0.2", "10.0.0.3"))
     assert cilium.ingress_ports is None
     raw = [dict(e) for e in cilium.ingress or ()]
@@ -390,15 +393,36 @@ def test_unrecorded_ports_records_the_ports_only_where_an_entry_has_none() -> No
     ]
     mixed = service_view(obj)
     both = [{"port": 80, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}]
-    assert unrecorded_ports(mixed) == (
+    assert pinned_ports(mixed) == (
         {"ip": "10.0.0.1", "ipMode": "VIP", "ports": both},
         {"ip": "10.0.0.2", "ipMode": "VIP", "ports": [{"port": 80, "protocol": "TCP"}]},
         {"ip": "10.0.0.3", "ipMode": "VIP", "ports": both},
     )
     recorded = service_view({**obj, "status": {"loadBalancer": {"ingress": list(
-        unrecorded_ports(mixed) or ()
+        pinned_ports(mixed) or ()
     )}}})  # fmt: skip
-    assert unrecorded_ports(recorded) is None
-    assert unrecorded_ports(svc("s", 80)) is None  # no stored ingress
+    assert pinned_ports(recorded) is None
+    assert pinned_ports(svc("s", 80)) is None  # no stored ingress
     hog = svc("hog", *range(20000, 22000), ingress=tuple(f"10.0.0.{i}" for i in range(1, 6)))
-    assert [e["ip"] for e in unrecorded_ports(hog) or ()] == [f"10.0.0.{i}" for i in range(1, 5)]
+    assert record_count(pinned_ports(hog) or ()) == 10_000 > MAX_PORT_RECORDS
+
+
+def test_pinned_ports_narrow_an_entry_to_the_ports_the_service_still_has() -> None:
+    """A port the Service dropped leaves the record (so adding it back is a newcomer's
+    claim, §4.9), whether the entries share one list (as we write) or each has its own;
+    a port never recorded is never added to an entry that records some."""
+    wrote = [{"port": 80, "protocol": "TCP"}, {"port": 443, "protocol": "TCP"}]
+    obj = service_obj("s", ingress=[{"ip": ip, "ipMode": "VIP", "ports": wrote} for ip in BOTH])
+    obj["spec"]["ports"] = [{"name": "http", "port": 80, "protocol": "TCP"}]
+    shared = service_view(obj)
+    assert shared.ingress_ports is not None
+    only_80 = [{"port": 80, "protocol": "TCP"}]
+    assert pinned_ports(shared) == tuple(
+        {"ip": ip, "ipMode": "VIP", "ports": only_80} for ip in BOTH
+    )
+    obj["status"]["loadBalancer"]["ingress"][1]["ports"] = [*wrote, {"port": 8080}]
+    apart = service_view(obj)
+    assert apart.ingress_ports is None
+    assert pinned_ports(apart) == tuple(
+        {"ip": ip, "ipMode": "VIP", "ports": only_80} for ip in BOTH
+    )

@@ -561,3 +561,57 @@ def test_f12_the_ports_are_pinned_only_over_the_version_they_were_read_from() ->
         world.reconciler.reconcile("att/s")
     assert raised.value.status == 409
     assert world.api.ingress("att/s") == ["10.0.0.1"], "the newer status stays"
+
+
+def _broken_att(*ports: int) -> dict[str, Any]:
+    """att/s, a year old, with ``ports`` and a node selector that does not parse."""
+    obj = svc_obj("s", ports[0], namespace="att", created=NOW - 365 * 86_400)
+    obj["metadata"]["annotations"] = {"io.cilium.nodeipam/match-node-labels": "a in (b"}
+    obj["spec"]["ports"] = [{"name": f"p{p}", "port": p, "protocol": "TCP"} for p in ports]
+    return obj
+
+
+def test_f13_a_port_dropped_and_added_back_is_a_newcomers_claim() -> None:
+    """(Third review, A1.) att/s (malformed selector, kept Cilium-era status, 80 and 443)
+    has both recorded at first sight. Its owner drops 443; team-v/web, younger, then
+    publishes 443 on both nodes; the owner adds 443 back. Were 443 still recorded in
+    att/s's frozen entries, att/s would be incumbent for it again and, older, take 443
+    from web. Dropping the port narrows the record, so adding it back is not covered:
+    att/s's ingress is withdrawn and web keeps 443 (as with a valid selector)."""
+    world = World()
+    cilium = _broken_att(80, 443)
+    cilium["status"] = {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"} for ip in BOTH]}}
+    world.apply("services", cilium)
+    world.apply("services", svc_obj("web", 443, namespace="team-v", created=NOW))
+    world.reconcile("att/s", "team-v/web")
+    assert world.view("att/s").ingress_ports == ((80, "TCP", None), (443, "TCP", None))
+    assert not world.api.ingress("team-v/web"), "att/s publishes 443 first"
+    world.apply("services", _broken_att(80))
+    world.reconcile("att/s", "team-v/web")
+    assert world.view("att/s").ingress_ports == ((80, "TCP", None),)
+    assert world.api.ingress("team-v/web") == list(BOTH)
+    world.apply("services", _broken_att(80, 443))
+    world.reconcile("att/s", "team-v/web", "att/s")
+    assert world.api.ingress("att/s") == []
+    assert world.api.ingress("team-v/web") == list(BOTH)
+
+
+def test_f14_ports_that_cannot_be_recorded_withdraw_the_kept_ingress_and_say_why() -> None:
+    """(Third review, A3.) att/s (malformed selector) has 4,096 ports and a Cilium-era
+    status of three entries, two of them one address spelled twice (Cilium writes
+    ``::ffff:10.0.0.1`` beside ``10.0.0.1``): recording the ports would take 12,288
+    records, over MAX_PORT_RECORDS. Nothing may be cut silently: the ingress is
+    withdrawn, with a StaleIngressWithdrawn Warning naming the limit."""
+    world = World()
+    hog = _broken_att(*range(20000, 24096))
+    hog["spec"]["allocateLoadBalancerNodePorts"] = False
+    spelled = ["10.0.0.1", "::ffff:10.0.0.1", "10.0.0.2"]
+    hog["status"] = {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"} for ip in spelled]}}
+    world.apply("services", hog)
+    world.reconcile("att/s")
+    assert world.api.ingress("att/s") == []
+    assert any(
+        e.get("reason") == "StaleIngressWithdrawn"
+        and "8192 PortStatus records" in e.get("note", "")
+        for e in world.api.events
+    ), [e.get("note") for e in world.api.events]

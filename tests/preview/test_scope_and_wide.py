@@ -3,6 +3,8 @@ once, long values (issue 13, findings 3 and 7), on dumps."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import yaml
 
@@ -161,16 +163,20 @@ def test_wide_says_change_for_a_malformed_selector_whose_entries_record_no_ports
 ) -> None:
     """A Service whose selector does not parse keeps its stored ingress (docs/design.md
     §4.1); entries without ``ports`` (Cilium's) get the Service's ports recorded once
-    (§4.9, ``unrecorded_ports``): CHANGE says so, and says nothing once they record them."""
+    (§4.9, ``pinned_ports``): CHANGE says so, and says nothing once they record them."""
     nodes = [node_obj("n1", internal=["10.0.0.1"])]
     kept = [{"ip": "10.0.0.1", "ipMode": "VIP"}]
     recorded = [{**kept[0], "ports": [{"port": 80, "protocol": "TCP"}]}]
     cilium_era = service_obj("cilium-era", selector="a in (b", ingress=kept)
     pinned = service_obj("pinned", selector="a in (b", ingress=recorded)
-    for obj in (cilium_era, pinned):
+    grown = service_obj("grown", selector="a in (b", ingress=copy.deepcopy(recorded))
+    for obj in (cilium_era, pinned, grown):
         obj["spec"]["ports"] = [{"name": "http", "port": 80, "protocol": "TCP"}]
-    run = preview("-f", write(dump(*nodes, cilium_era, pinned)), "-o", "wide")
+    # A port its entries never recorded: the reconciler withdraws them (stale_ingress).
+    grown["spec"]["ports"].append({"name": "https", "port": 443, "protocol": "TCP"})
+    run = preview("-f", write(dump(*nodes, cilium_era, pinned, grown)), "-o", "wide")
     assert run.code == 1, run.stderr  # 1: a malformed selector is listed
     rows = {r["NAME"]: r for r in parse_table(run.stdout)}
     assert (rows["cilium-era"]["EXTERNAL-IP"], rows["cilium-era"]["CHANGE"]) == ("<error>", "yes")
     assert (rows["pinned"]["CURRENT"], rows["pinned"]["CHANGE"]) == ("10.0.0.1", "no")
+    assert (rows["grown"]["CURRENT"], rows["grown"]["CHANGE"]) == ("10.0.0.1", "yes")
