@@ -698,13 +698,31 @@ class Reconciler:
         ``metadata.resourceVersion`` as a precondition: the entries come from the cache,
         so a status changed since is never written over (409 Conflict; the worker retries
         with backoff, by which time the newer version is cached). Errors propagate as a
-        write's do."""
+        write's do, counted and logged as one; a 404 (deleted meanwhile) is dropped."""
         if not self._is_leader():
             return
         patch = status_patch(ingress, condition=condition)
         if service.resource_version:
             patch["metadata"] = {"resourceVersion": service.resource_version}
-        self._api.patch_service_status(namespace=service.namespace, name=service.name, patch=patch)
+        try:
+            self._api.patch_service_status(
+                namespace=service.namespace, name=service.name, patch=patch
+            )
+        except ApiError as err:
+            if err.status == 404:  # deleted meanwhile: its deletion comes by the watch
+                metrics.STATUS_WRITES.labels("not_found").inc()
+                return
+            metrics.STATUS_WRITES.labels("conflict" if err.status == 409 else "error").inc()
+            log_event(
+                LOG,
+                "status write failed, will retry",
+                level=logging.WARNING,
+                service=key,
+                status=err.status,
+                error=err.reason,
+            )
+            raise
+        metrics.STATUS_WRITTEN.inc()
         log_event(
             LOG,
             "ports recorded in a kept ingress",
