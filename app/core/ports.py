@@ -476,7 +476,7 @@ def pinned_ports(service: ServiceView) -> tuple[dict[str, Any], ...] | None:
     for entry in entries:
         raw = entry.get("ports") if shared is None else None
         if shared is not None:
-            records = [(port, protocol, error) for port, protocol, error in shared]
+            records = [(port, protocol or "TCP", error) for port, protocol, error in shared]
         elif isinstance(raw, list) and raw:
             records = [
                 (p.get("port"), p.get("protocol") or "TCP", p.get("error"))
