@@ -455,18 +455,9 @@ class Reconciler:
                     self._written.pop(key, None)
                 else:
                     self._written[key] = previous
+            self._write_failed(key, err)
             if err.status == 404:
-                metrics.STATUS_WRITES.labels("not_found").inc()
                 return False
-            metrics.STATUS_WRITES.labels("conflict" if err.status == 409 else "error").inc()
-            log_event(
-                LOG,
-                "status write failed, will retry",
-                level=logging.WARNING,
-                service=key,
-                status=err.status,
-                error=err.reason,
-            )
             raise
         if answered is not None:
             with self._lock:
@@ -709,18 +700,9 @@ class Reconciler:
                 namespace=service.namespace, name=service.name, patch=patch
             )
         except ApiError as err:
+            self._write_failed(key, err)
             if err.status == 404:  # deleted meanwhile: its deletion comes by the watch
-                metrics.STATUS_WRITES.labels("not_found").inc()
                 return
-            metrics.STATUS_WRITES.labels("conflict" if err.status == 409 else "error").inc()
-            log_event(
-                LOG,
-                "status write failed, will retry",
-                level=logging.WARNING,
-                service=key,
-                status=err.status,
-                error=err.reason,
-            )
             raise
         metrics.STATUS_WRITTEN.inc()
         log_event(
@@ -730,6 +712,24 @@ class Reconciler:
             ports=[f"{port}/{protocol}" for port, protocol, _ in port_key(service)],
             why="its node selector does not parse: an entry recording no ports, or a port"
             " the Service dropped, would count for a port added later",
+        )
+
+    @staticmethod
+    def _write_failed(key: str, err: ApiError) -> None:
+        """Count a failed status write of Service ``key`` (``not_found`` for a 404, the
+        Service gone; ``conflict`` for a 409; else ``error``) and log the ones the worker
+        retries."""
+        if err.status == 404:
+            metrics.STATUS_WRITES.labels("not_found").inc()
+            return
+        metrics.STATUS_WRITES.labels("conflict" if err.status == 409 else "error").inc()
+        log_event(
+            LOG,
+            "status write failed, will retry",
+            level=logging.WARNING,
+            service=key,
+            status=err.status,
+            error=err.reason,
         )
 
     def forget(self, key: str) -> None:
