@@ -74,7 +74,12 @@ def trusting(ca: Path) -> ssl.SSLContext:
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` so far, in seconds (``utime + stime`` of
     ``/proc/PID/stat``, every thread)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
+    return _stat_cpu(Path(f"/proc/{pid}/stat").read_text())
+
+
+def _stat_cpu(stat: str) -> float:
+    """``utime + stime`` (seconds) of a ``/proc/PID/stat`` or ``/proc/PID/task/TID/stat``
+    text (the fields after the ``comm`` in parentheses, which may hold spaces)."""
     fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
@@ -104,10 +109,8 @@ def cpu_by_thread(pid: int) -> dict[str, float]:
             with contextlib.suppress(OSError):
                 stat = (task / "stat").read_text()
                 comm = stat.split("(", 1)[1].rsplit(")", 1)[0]
-                fields = stat.rsplit(")", 1)[1].split()
                 name = names.get(task.name, f"{comm}[{task.name}]")
-                used = (int(fields[11]) + int(fields[12])) / CLK_TCK
-                seconds[name] = seconds.get(name, 0.0) + used
+                seconds[name] = seconds.get(name, 0.0) + _stat_cpu(stat)
     return seconds
 
 

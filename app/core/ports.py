@@ -470,13 +470,17 @@ def pinned_ports(service: ServiceView) -> tuple[dict[str, Any], ...] | None:
         return None
     current = port_key(service)
     wanted = set(service.ports)
-    shared = service.ingress_ports  # every entry records these (stripped by the view)
+    # Every entry records these when the view found one list in all (it strips them).
+    shared = service.ingress_ports
+    common = (
+        None if shared is None else [(port, protocol or "TCP", e) for port, protocol, e in shared]
+    )
     out: list[dict[str, Any]] = []
     changed = False
     for entry in entries:
-        raw = entry.get("ports") if shared is None else None
-        if shared is not None:
-            records = [(port, protocol or "TCP", error) for port, protocol, error in shared]
+        raw = entry.get("ports")
+        if common is not None:
+            records = common
         elif isinstance(raw, list) and raw:
             records = [
                 (p.get("port"), p.get("protocol") or "TCP", p.get("error"))
