@@ -409,6 +409,10 @@ def serve(
     idle_timeout_seconds: Annotated[
         float | None, _flag("Close a kept-alive connection idle this long, seconds")
     ] = None,
+    shutdown_delay_seconds: Annotated[
+        float | None,
+        _flag("After SIGTERM, keep serving (not ready) this long before shutting down, seconds"),
+    ] = None,
     inflight_body_bytes: Annotated[
         int | None, _flag("Admission body bytes held at once", default="8388608 = 8 MiB")
     ] = None,

@@ -146,6 +146,9 @@ class Settings(SelectionConfig):
     max_connections: int = Field(default=512, ge=1, le=65536)
     request_head_timeout_seconds: float = Field(default=5.0, gt=0, le=REQUEST_SECONDS_MAX)
     idle_timeout_seconds: float = Field(default=5.0, gt=0, le=REQUEST_SECONDS_MAX)
+    # After SIGTERM, keep serving this long before the graceful shutdown (app/web/draining.py;
+    # kube-apiserver's --shutdown-delay-duration). 0: shut down at once.
+    shutdown_delay_seconds: float = Field(default=0.0, ge=0, le=REQUEST_SECONDS_MAX)
     inflight_body_bytes: int = Field(default=8 * 1024 * 1024, ge=ADMISSION_BODY_LIMIT)
     review_deadline_seconds: float = Field(default=2.0, gt=0, lt=30)
     cluster_check_seconds: float = Field(default=0.25, gt=0, lt=30)

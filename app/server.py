@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from app.web import tls
 from app.web.app import create_app
 from app.web.auth import AllowAll, Authorizer, KubernetesAuthorizer
 from app.web.connections import CappedListener, protocol_class
+from app.web.draining import Draining
 from app.web.healthprobe import HEAD_DEADLINE_SECONDS, HealthProbeServer, start_health_probes
 
 if TYPE_CHECKING:
@@ -186,7 +188,10 @@ def build(
         controller.on_started_leading(certs.wake)
     reloading = tls_context(settings, workdir=workdir)
     in_force = _webhook_readiness(
-        settings, api_client=api_client, served=reloading.served_certificate
+        settings,
+        api_client=api_client,
+        served=reloading.served_certificate,
+        bootstrap=_lone_lease_holder(controller, leader_elect=settings.leader_elect),
     )
     if in_force is not None:
         if certs is not None:
@@ -354,7 +359,11 @@ def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
                 )
                 health_socket = None  # the server owns it
                 log_event(log, "serving health probes", address=_address_of(probes))
-            _GracefulServer(config).run(sockets=[listener])
+            _GracefulServer(
+                config,
+                draining=app.state.node_ipam.draining,
+                delay=settings.shutdown_delay_seconds,
+            ).run(sockets=[listener])
     finally:
         if probes is not None:
             probes.stop()
@@ -369,16 +378,46 @@ def _address_of(server: HealthProbeServer) -> str:
 
 
 class _GracefulServer(uvicorn.Server):
-    """Exit 0 after a SIGTERM-triggered graceful shutdown.
+    """uvicorn's server with the shutdown delay (:mod:`app.web.draining`) and exit 0 after a
+    SIGTERM-triggered graceful shutdown.
 
-    uvicorn re-raises a captured SIGTERM once shut down (exit status -15); a Pod that
-    stopped as asked should not look like it was killed.
+    The first SIGTERM with ``delay`` > 0 sets ``draining`` (``/readyz`` fails, responses
+    close their connections) and the graceful shutdown starts ``delay`` seconds later, at
+    the first tick (0.1 s) after; meanwhile everything keeps running, the controller
+    included (it stops, releasing the Lease, in the lifespan's exit, as before). A second
+    SIGTERM, or SIGINT, starts the shutdown at once. uvicorn re-raises a captured SIGTERM
+    once shut down (exit status -15); a Pod that stopped as asked should not look like it
+    was killed.
     """
 
+    def __init__(self, config: uvicorn.Config, *, draining: Draining, delay: float) -> None:
+        super().__init__(config)
+        self._draining = draining
+        self._delay = delay
+        self._drain_announced = False
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGTERM and self._delay > 0 and not self._draining.is_set():
+            self._draining.start()  # logged at the next tick, outside the signal handler
+            return
         super().handle_exit(sig, frame)
         if sig == signal.SIGTERM:
             self._captured_signals = [s for s in self._captured_signals if s != sig]
+
+    async def on_tick(self, counter: int) -> bool:
+        since = self._draining.since
+        if since is not None and not self.should_exit:
+            if not self._drain_announced:
+                self._drain_announced = True
+                log_event(
+                    log,
+                    "shutting down after the shutdown delay: serving, not ready, meanwhile",
+                    level=logging.INFO,
+                    seconds=self._delay,
+                )
+            if time.monotonic() - since >= self._delay:
+                self.should_exit = True
+        return await super().on_tick(counter)
 
 
 def _self_managed_certificates(
@@ -401,7 +440,11 @@ def _self_managed_certificates(
 
 
 def _webhook_readiness(
-    settings: Settings, *, api_client: Any, served: Callable[[], bytes]
+    settings: Settings,
+    *,
+    api_client: Any,
+    served: Callable[[], bytes],
+    bootstrap: Callable[[frozenset[tuple[str, str]]], str | None] | None = None,
 ) -> CaBundleReadiness | None:
     """``/readyz``'s "webhook in force" check (app/web/webhookready.py), not started, or
     ``None`` where readiness does not depend on a caBundle (``--webhook false``, or a
@@ -411,7 +454,33 @@ def _webhook_readiness(
 
     timeout = min(settings.request_timeout_seconds, READ_TIMEOUT_SECONDS)
     api = KubernetesAPI(api_client, request_timeout=timeout)
-    return CaBundleReadiness.from_settings(settings, api=api, served=served)
+    return CaBundleReadiness.from_settings(settings, api=api, served=served, bootstrap=bootstrap)
+
+
+def _lone_lease_holder(
+    controller: Any, *, leader_elect: bool
+) -> Callable[[frozenset[tuple[str, str]]], str | None]:
+    """The readiness check's ``bootstrap`` (app/web/webhookready.py): given the webhook
+    Services ``(namespace, name)``, why this replica may be Ready although its admission
+    probe was not refused, or ``None``. Only the Lease holder (any replica without leader
+    election), only with the cluster cache synced, and only while no EndpointSlice of those
+    Services has a ready endpoint (``conditions.ready`` not false, KEP-1672): then no
+    replica can refuse the probe, and this one being Ready is what puts the webhook in
+    force. One replica, so the others still wait for a refusal."""
+
+    def bootstrap(services: frozenset[tuple[str, str]]) -> str | None:
+        if not controller.ready() or (leader_elect and not controller.is_leader()):
+            return None
+        for namespace, name in sorted(services):
+            if any(s.ready_node_names for s in controller.cache.endpoint_slices(namespace, name)):
+                return None
+        names = ", ".join(f"{namespace}/{name}" for namespace, name in sorted(services))
+        return (
+            f"no ready endpoint in Service {names}: no replica can refuse the probe yet, and"
+            " this replica (the Lease holder) being Ready puts the webhook in force"
+        )
+
+    return bootstrap
 
 
 def _self_signed_names(bind_address: str) -> list[str]:

@@ -19,6 +19,7 @@ from app.core.hazards import Hazard
 from app.core.nodehealth import NO_UNHEALTHY
 from app.telemetry.logs import log_event
 from app.web.auth import AllowAll, Authorizer
+from app.web.draining import CloseWhenDraining
 from app.web.limits import BodyBudget
 from app.web.routes import admission, health, preview
 from app.web.routes.deps import (
@@ -130,6 +131,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.node_ipam = state
+    app.add_middleware(CloseWhenDraining, draining=state.draining)
     app.add_exception_handler(Exception, _internal_error)
     app.include_router(health.router)
     if settings.webhook:

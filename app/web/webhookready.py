@@ -15,11 +15,16 @@ and until then ``failurePolicy: Ignore`` admits (measured on tests/cluster: the 
 apply after ``helm install --wait`` admitted). So once the bundle verifies, the replica
 makes one **admission probe** (:func:`admission_probe`, ``admission_probe_namespace``):
 a dry-run create of a Service with a malformed selector, which only our webhook refuses;
-Ready once it is refused, and again after every time the bundle stopped verifying. For it
-to reach a replica that is not Ready yet, the webhook Service publishes not-ready
-addresses (deploy/: ``publishNotReadyAddresses: true``), as the first replica of a fresh
-install must be reachable before any is Ready. RBAC without ``create services`` there (or
-no such namespace): one WARNING, and readiness rests on the ``caBundle`` alone.
+Ready once it is refused, and again after every time the bundle stopped verifying. The
+probe is answered by whichever Ready replica kube-proxy picks: the webhook Service lists
+Ready replicas only (deploy/: no ``publishNotReadyAddresses``), so kube-apiserver never
+calls a replica that is not Ready, nor one that is terminating (app/web/draining.py).
+When no replica is Ready (a fresh install, or every replica restarted at once) nothing can
+answer the probe, so the **Lease holder alone** is Ready on the ``caBundle`` while the
+webhook Service has no ready endpoint (``bootstrap``, :class:`CaBundleReadiness`); the
+others wait for its denial, so ``helm install --wait`` (every replica Ready) still returns
+only once kube-apiserver reaches one. RBAC without ``create services`` there (or no such
+namespace): one WARNING, and readiness rests on the ``caBundle`` alone.
 
 Cost: the probes never call the API server. A daemon thread reads the two configurations
 (two GETs by name, each bounded by :data:`READ_TIMEOUT_SECONDS`) every
@@ -38,7 +43,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from app.config import Settings
@@ -144,7 +149,12 @@ class CaBundleReadiness:
     ``api`` reads the configurations named ``name``; ``served`` returns the PEM this
     replica presents in its next TLS handshake (:meth:`app.web.tls.ReloadingContext.
     served_certificate`); ``interval`` (seconds) is the re-check period while in force;
-    ``clock`` is aware UTC (tests pass a fake one).
+    ``clock`` is aware UTC (tests pass a fake one); ``probe`` is the admission probe
+    (:func:`admission_probe`), ``None`` without one. ``bootstrap`` is asked when the probe
+    is not refused: given the ``(namespace, name)`` of the Services the two configurations
+    call, it returns why this replica may be Ready without a refusal (it holds the Lease
+    and none of them has a ready endpoint, so no replica could refuse: readiness is what
+    puts one there), or ``None`` when the probe's verdict stands.
     """
 
     def __init__(
@@ -156,6 +166,7 @@ class CaBundleReadiness:
         interval: float,
         clock: Callable[[], datetime.datetime] = _utc_now,
         probe: Callable[[], Verdict | None] | None = None,
+        bootstrap: Callable[[frozenset[tuple[str, str]]], str | None] | None = None,
     ) -> None:
         self.api = api
         self.name = name
@@ -163,6 +174,7 @@ class CaBundleReadiness:
         self.interval = interval
         self.clock = clock
         self.probe = probe
+        self.bootstrap = bootstrap
         self._probed = False
         self._verdict = NOT_CHECKED
         self._checked = False
@@ -172,7 +184,12 @@ class CaBundleReadiness:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, api: WebhookReader, served: Callable[[], bytes]
+        cls,
+        settings: Settings,
+        *,
+        api: WebhookReader,
+        served: Callable[[], bytes],
+        bootstrap: Callable[[frozenset[tuple[str, str]]], str | None] | None = None,
     ) -> CaBundleReadiness | None:
         """The check the settings call for, or ``None`` when readiness does not depend on a
         caBundle (the rule, docs/design.md §5, Health):
@@ -184,7 +201,7 @@ class CaBundleReadiness:
           (development, tests).
 
         Otherwise the check runs; a configuration that does not exist is not waited for
-        (:func:`app.core.cabundle.in_force`)."""
+        (:func:`app.core.cabundle.in_force`). ``bootstrap``: see the class."""
         if not settings.webhook or settings.tls_cert_file is None:
             return None
         probe = None
@@ -206,6 +223,7 @@ class CaBundleReadiness:
             served=served,
             interval=settings.cert_check_interval_seconds,
             probe=probe,
+            bootstrap=bootstrap,
         )
 
     def ready(self) -> tuple[bool, str]:
@@ -258,11 +276,37 @@ class CaBundleReadiness:
                 self._probed = True
             elif probed.ready:
                 self._probed = True
+            elif (alone := self._bootstrap(configurations)) is not None:
+                log_event(
+                    LOG,
+                    "admission probe not refused: Ready on the caBundle alone",
+                    level=logging.INFO,
+                    reason=alone,
+                    probe=probed.reason,
+                )
+                self._probed = True
             else:
                 verdict = probed
         self._checked = True
         self._set(verdict)
         return verdict
+
+    def _bootstrap(self, configurations: Mapping[str, dict[str, Any] | None]) -> str | None:
+        """``bootstrap``'s answer for the Services the configurations call; ``None`` without
+        ``bootstrap`` or when a webhook calls a ``url`` (no Service, nothing to read)."""
+        if self.bootstrap is None:
+            return None
+        services: set[tuple[str, str]] = set()
+        for configuration in configurations.values():
+            for webhook in (configuration or {}).get("webhooks") or ():
+                service = ((webhook or {}).get("clientConfig") or {}).get("service")
+                if not isinstance(service, Mapping):
+                    return None
+                namespace, name = service.get("namespace"), service.get("name")
+                if not (isinstance(namespace, str) and isinstance(name, str)):
+                    return None
+                services.add((namespace, name))
+        return self.bootstrap(frozenset(services)) if services else None
 
     def _set(self, verdict: Verdict) -> None:
         previous, self._verdict = self._verdict, verdict

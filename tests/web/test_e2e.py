@@ -15,7 +15,8 @@ import ssl
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,14 @@ pytestmark = pytest.mark.slow
 class Serve:
     """A ``node-ipam-lb serve`` subprocess and an HTTPS client that trusts its CA."""
 
-    def __init__(self, fake: FakeApiServer, tmp: Path) -> None:
+    def __init__(
+        self,
+        fake: FakeApiServer,
+        tmp: Path,
+        *,
+        health_probe: str = "0",
+        extra: Sequence[str] = (),
+    ) -> None:
         self.port = free_port()
         self.ca_file = tmp / "ca.crt"
         self.log = (tmp / "serve.log").open("w+")
@@ -56,9 +64,9 @@ class Serve:
                 "127.0.0.1",
                 "--port",
                 str(self.port),
-                # no health-probe listener: :8081 may be another serve's on this machine
+                # no health-probe listener by default: :8081 may be another serve's here
                 "--health-probe-bind-address",
-                "0",
+                health_probe,
                 "--ca-bundle-out",
                 str(self.ca_file),
                 "--default-lb-service-ipam",
@@ -67,6 +75,7 @@ class Serve:
                 "default",
                 "--auth",
                 "kubernetes",
+                *extra,
             ],
             cwd=ROOT,
             env=env,
@@ -297,6 +306,78 @@ def test_serve_stops_cleanly_on_sigterm(serve: Serve, fake: FakeApiServer) -> No
     lease = fake.get("leases.coordination.k8s.io", "node-ipam-lb", "default")
     assert lease is not None
     assert not lease["spec"].get("holderIdentity"), lease
+
+
+def test_serve_keeps_answering_for_the_shutdown_delay(fake: FakeApiServer, tmp_path: Path) -> None:
+    """``--shutdown-delay-seconds 3`` (app/web/draining.py): after SIGTERM the process keeps
+    its Lease and keeps answering, old connections and new ones, with ``/readyz`` failing on
+    both ports and ``Connection: close`` on each answer; then it shuts down gracefully, exit
+    0, Lease released. Runs after the module's ``serve`` stopped (its own Lease name)."""
+    probe_port = free_port()
+    lease_name = "node-ipam-lb-drain"
+    serve = Serve(
+        fake,
+        tmp_path,
+        health_probe=f"127.0.0.1:{probe_port}",
+        extra=["--shutdown-delay-seconds", "3", "--leader-election-id", lease_name],
+    )
+    try:
+        kept = serve.http.get("/healthz")  # opens the kept-alive connection
+        assert kept.status_code == 200 and "connection" not in kept.headers
+
+        def holder() -> str:
+            lease = fake.get("leases.coordination.k8s.io", lease_name, "default")
+            return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+
+        wait_for("serve to hold its Lease", lambda: holder() != "", timeout=30, interval=0.1)
+        serve.process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        probe = f"http://127.0.0.1:{probe_port}/readyz"
+        wait_for(
+            "the probe port's /readyz to fail",
+            lambda: httpx.get(probe, timeout=2).text == "not ready: shutting down\n",
+            timeout=2.5,
+            interval=0.05,
+        )
+        during = serve.http.get("/healthz")  # the kept-alive connection, still answered
+        assert during.status_code == 200 and during.headers["connection"] == "close"
+        with httpx.Client(verify=serve.context(), timeout=5) as fresh:  # a new connection
+            ready = fresh.get(f"{serve.url}/readyz")
+        assert ready.status_code == 503 and ready.text == "not ready: shutting down\n"
+        assert serve.process.poll() is None and holder() != ""
+        assert serve.process.wait(timeout=30) == 0, serve.output()
+        took = time.monotonic() - signalled
+        assert 3.0 <= took < 20, took
+        assert holder() == "", "the Lease is released at the end, as without a delay"
+        assert "shutting down after the shutdown delay" in serve.output()
+    finally:
+        serve.stop()
+        serve.log.close()
+
+
+def test_a_second_sigterm_ends_the_shutdown_delay(fake: FakeApiServer, tmp_path: Path) -> None:
+    """A second SIGTERM during a long delay starts the graceful shutdown at once (as SIGINT
+    does): an operator's ``kill`` is never ignored for a minute."""
+    serve = Serve(
+        fake,
+        tmp_path,
+        extra=["--shutdown-delay-seconds", "120", "--leader-election-id", "node-ipam-lb-drain2"],
+    )
+    try:
+        serve.process.send_signal(signal.SIGTERM)
+        wait_for(
+            "/readyz to fail",
+            lambda: serve.http.get("/readyz").status_code == 503,
+            timeout=5,
+            interval=0.05,
+        )
+        signalled = time.monotonic()
+        serve.process.send_signal(signal.SIGTERM)
+        assert serve.process.wait(timeout=30) == 0, serve.output()
+        assert time.monotonic() - signalled < 20
+    finally:
+        serve.stop()
+        serve.log.close()
 
 
 def test_in_process_server_without_auth_reloads_rotated_certificates(

@@ -26,6 +26,7 @@ from app.config import Settings
 from app.core.cabundle import NOT_IN_FORCE
 from app.core.certificates import CA_CERT
 from app.core.pki import generate_ca, generate_serving_cert
+from app.core.views import EndpointSliceView
 from app.kube.client import ApiError, KubernetesAPI
 from app.web import webhookready
 from app.web.app import create_app
@@ -536,3 +537,109 @@ def test_the_probe_is_wired_from_the_settings() -> None:
     assert off is not None and off.probe is None
     with pytest.raises(ValueError, match=r"admission_probe_namespace|namespace name"):
         Settings(admission_probe_namespace="Not_A_Namespace", **files)
+
+
+# -- no replica Ready: the Lease holder alone may be Ready on the bundle -------------------
+
+
+ADMITTED = webhookready.Verdict(False, "kube-apiserver admitted a dry-run Service")
+
+
+def test_an_unrefused_probe_makes_ready_only_where_bootstrap_says_so(
+    fake_api: FakeApiServer, replica: Make
+) -> None:
+    """The probe admitted: Ready only when ``bootstrap`` gives a reason, asked with the
+    Services deploy/'s configurations call; not probed again while in force."""
+    leader = bundled_leader(fake_api, replica)
+    probes: list[int] = []
+    leader.readiness.probe = lambda: probes.append(1) or ADMITTED
+    asked: list[frozenset[tuple[str, str]]] = []
+    answers = [None, "no ready endpoint in Service node-ipam-lb/node-ipam-lb-webhook"]
+    leader.readiness.bootstrap = lambda services: asked.append(services) or answers.pop(0)
+    first = leader.readiness.check()
+    assert (first.ready, first.reason) == (False, ADMITTED.reason)
+    assert leader.readiness.check().ready
+    assert leader.readiness.check().ready
+    assert asked == [frozenset({("node-ipam-lb", "node-ipam-lb-webhook")})] * 2
+    assert len(probes) == 2, "Ready on the bundle alone: not probed again while in force"
+
+
+def test_a_refused_probe_never_asks_bootstrap(fake_api: FakeApiServer, replica: Make) -> None:
+    leader = bundled_leader(fake_api, replica)
+    leader.readiness.probe = lambda: webhookready.Verdict(True, "")
+    leader.readiness.bootstrap = lambda services: pytest.fail("asked although refused")
+    assert leader.readiness.check().ready
+
+
+def test_a_url_webhook_is_never_bootstrapped(fake_api: FakeApiServer, replica: Make) -> None:
+    """A webhook called by ``url`` has no Service whose endpoints could be read: the
+    probe's verdict stands."""
+    leader = bundled_leader(fake_api, replica)
+    obj = fake_api.get(STORE["ValidatingWebhookConfiguration"], WEBHOOK_CONFIGURATION)
+    obj["webhooks"][0]["clientConfig"].pop("service")
+    obj["webhooks"][0]["clientConfig"]["url"] = "https://webhook.example:9443/validate"
+    fake_api.seed([obj])
+    leader.readiness.probe = lambda: ADMITTED
+    leader.readiness.bootstrap = lambda services: pytest.fail(f"asked for {services}")
+    assert not leader.readiness.check().ready
+
+
+@dataclass
+class _Slices:
+    """``ClusterCache.endpoint_slices`` from a dict (namespace, name) -> views."""
+
+    slices: dict[tuple[str, str], list[EndpointSliceView]]
+
+    def endpoint_slices(self, namespace: str, service_name: str) -> list[EndpointSliceView]:
+        return self.slices.get((namespace, service_name), [])
+
+
+@dataclass
+class _Controller:
+    cache: _Slices
+    synced: bool = True
+    leader: bool = True
+
+    def ready(self) -> bool:
+        return self.synced
+
+    def is_leader(self) -> bool:
+        return self.leader
+
+
+def _slice(*ready_nodes: str) -> EndpointSliceView:
+    return EndpointSliceView(
+        namespace="node-ipam-lb",
+        name="node-ipam-lb-webhook-x1",
+        service_name="node-ipam-lb-webhook",
+        ready_node_names=frozenset(ready_nodes),
+    )
+
+
+WEBHOOK_SERVICE = frozenset({("node-ipam-lb", "node-ipam-lb-webhook")})
+
+
+@pytest.mark.parametrize(
+    ("controller", "leader_elect", "alone"),
+    [
+        (_Controller(_Slices({})), True, True),  # no slice at all: a fresh install
+        (_Controller(_Slices({("node-ipam-lb", "node-ipam-lb-webhook"): [_slice()]})), True, True),
+        (
+            _Controller(_Slices({("node-ipam-lb", "node-ipam-lb-webhook"): [_slice("n1")]})),
+            True,
+            False,
+        ),
+        (_Controller(_Slices({}), leader=False), True, False),  # a follower waits for a denial
+        (_Controller(_Slices({}), leader=False), False, True),  # no leader election: each
+        (_Controller(_Slices({}), synced=False), True, False),  # no slices known yet
+    ],
+)
+def test_only_the_lease_holder_with_no_ready_endpoint_is_ready_alone(
+    controller: _Controller, leader_elect: bool, alone: bool
+) -> None:
+    from app.server import _lone_lease_holder
+
+    reason = _lone_lease_holder(controller, leader_elect=leader_elect)(WEBHOOK_SERVICE)
+    assert (reason is not None) == alone
+    if reason is not None:
+        assert "node-ipam-lb/node-ipam-lb-webhook" in reason and "Lease holder" in reason

@@ -25,6 +25,7 @@ from app.core.pools import PoolSet
 from app.core.ports import PortLookup
 from app.core.views import EndpointSliceView, NodeView, ServiceView
 from app.web.auth import AccessError, Authorizer, NoReviewSlot
+from app.web.draining import Draining
 from app.web.limits import HEAVY_QUEUE, BodyBudget, ReviewPools, Wakeup
 
 MAX_BODY_BYTES = ADMISSION_BODY_LIMIT
@@ -102,7 +103,9 @@ class AppState:
     ``None`` (kube-proxy's ipvs mode or Cilium's wildcard entries, docs/design.md §4.10,
     §4.12), whose message preview adds to the Service when it gets addresses; ``unhealthy`` the
     nodes failing their health checks as the controller last decided (§4.11: node name ->
-    why; empty off the leader or with health checks off), which preview selects with.
+    why; empty off the leader or with health checks off), which preview selects with;
+    ``draining`` is set once SIGTERM starts the shutdown delay (:mod:`app.web.draining`:
+    ``/readyz`` fails, each response closes its connection).
     """
 
     settings: Settings
@@ -117,6 +120,7 @@ class AppState:
     limits: RequestLimits = field(default_factory=lambda: RequestLimits())
     kube_proxy_hazard: Callable[[str | None], Hazard | None] = no_hazard
     unhealthy: Callable[[], Mapping[str, str]] = lambda: NO_UNHEALTHY
+    draining: Draining = field(default_factory=Draining)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from tests.cluster.helpers import (
     NAMESPACE,
     SELECTOR,
     figure,
+    kubectl,
     kubectl_json,
     service_manifest,
 )
@@ -128,6 +130,57 @@ def test_helm_upgrade_rolls_the_pods_without_a_status_write(release: Cluster, he
     )
 
 
+def malformed_applies(
+    cluster: Cluster, name: str, port: int, *, since: float, done: Callable[[], bool]
+) -> tuple[list[float], int]:
+    """``kubectl apply --dry-run=server`` of a Service ``name`` with a malformed selector,
+    over and over until ``done()`` (asked after each apply); each must be denied by our
+    webhook or admitted (failurePolicy Ignore), nothing else. Returns the seconds after
+    ``since`` (monotonic) at which one was admitted, and how many were applied."""
+    admitted: list[float] = []
+    applies = 0
+    while True:
+        error = applied(
+            cluster, service_manifest(name, port, "Cluster", MALFORMED), "--dry-run=server"
+        )
+        applies += 1
+        if error is None:
+            admitted.append(round(time.monotonic() - since, 1))
+        else:
+            assert "denied the request" in error and SELECTOR in error, error
+        if done():
+            return admitted, applies
+
+
+@pytest.mark.timeout(ROLLING_TIMEOUT)
+def test_a_rollout_keeps_the_webhook_in_force(release: Cluster) -> None:
+    """A rolling restart never lets a malformed selector through. Each old Pod is deleted
+    while kube-proxy (kube-apiserver's too) still sends it webhook calls: the EndpointSlice
+    controller and then every kube-proxy must see the deletion first. A Pod that closed its
+    listener at SIGTERM refused those calls (or, once gone, left them unanswered until
+    ``timeoutSeconds``), and ``failurePolicy: Ignore`` admitted them: CI of 2026-12-05 was
+    admitted 3.5 s into a rollout's end. serve keeps answering for ``shutdown-delay-seconds``
+    after SIGTERM (``/readyz`` failing meanwhile), as kube-apiserver's
+    ``--shutdown-delay-duration`` does. A malformed selector applied over and over from the
+    restart until the old Pods are gone (and 5 s more) is denied every time."""
+    old = pod_names(release)
+    kubectl(release, "-n", NAMESPACE, "rollout", "restart", "deployment/node-ipam-lb")
+    started = time.monotonic()
+    gone_at: float | None = None
+
+    def done() -> bool:
+        nonlocal gone_at
+        assert time.monotonic() - started < ROLLING_TIMEOUT - 30, "the old Pods are not gone"
+        if gone_at is None and not (pod_names(release) & old):
+            gone_at = time.monotonic()
+        return gone_at is not None and time.monotonic() - gone_at >= 5
+
+    admitted, applies = malformed_applies(release, "bad-rollout", 9995, since=started, done=done)
+    figure("rollout restart -> old Pods gone (s)", round((gone_at or 0) - started, 1))
+    figure("malformed selectors applied during the rollout", applies)
+    assert admitted == [], f"admitted at these seconds after the restart: {admitted}"
+
+
 def secret_ca_count(cluster: Cluster) -> int:
     """How many CA certificates the self-managed Secret's ``ca.crt`` holds (2: a rotation's
     overlap, the new CA and the previous one)."""
@@ -187,22 +240,16 @@ def test_a_ca_rotation_keeps_the_webhook_in_force(release: Cluster, helm: Path) 
     wait_for("the new Lease holder to rotate the CA", rotated, timeout=90, interval=0.2)
     figure("helm upgrade --wait -> CA rotated (s)", round(time.monotonic() - started, 1))
     rotated_at = time.monotonic()
-    admitted: list[float] = []
-    applies = 0
-    # Hand-over (10 s) plus the other replica's next check (every 30 s), with room.
-    while time.monotonic() - rotated_at < 45:
-        error = applied(
-            release,
-            service_manifest("bad-rotation", 9996, "Cluster", MALFORMED),
-            "--dry-run=server",
-        )
-        applies += 1
-        if error is None:
-            admitted.append(round(time.monotonic() - rotated_at, 1))
-        else:
-            assert "denied the request" in error and SELECTOR in error, error
+
+    def done() -> bool:
         if not_ready := not_ready_pods(release):
             flips.append(not_ready)
+        # Hand-over (10 s) plus the other replica's next check (every 30 s), with room.
+        return time.monotonic() - rotated_at >= 45
+
+    admitted, applies = malformed_applies(
+        release, "bad-rotation", 9996, since=rotated_at, done=done
+    )
     figure("malformed selectors applied during the rotation", applies)
     assert admitted == [], f"admitted at these seconds after the rotation: {admitted}"
     assert set(ca_bundle_counts(release)) == {2}

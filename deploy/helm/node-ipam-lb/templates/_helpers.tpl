@@ -35,7 +35,7 @@ Settings the chart wires itself (explicit env entries in deployment.yaml, or alw
 by values.schema.json); the rest become NODE_IPAM_<NAME> when not null.
 */}}
 {{- define "node-ipam-lb.wiredSettings" -}}
-kubeconfig port health-probe-bind-address tls-cert-file tls-private-key-file ca-bundle-out leader-elect leader-election-namespace leader-election-id cert-secret-name cert-secret-namespace webhook-service-name webhook-configuration-name
+kubeconfig port health-probe-bind-address tls-cert-file tls-private-key-file ca-bundle-out leader-elect leader-election-namespace leader-election-id cert-secret-name cert-secret-namespace webhook-service-name webhook-configuration-name shutdown-delay-seconds
 {{- end }}
 
 {{/*
