@@ -411,7 +411,7 @@ def serve(
     ] = None,
     shutdown_delay_seconds: Annotated[
         float | None,
-        _flag("After SIGTERM, keep serving (not ready) this long before shutting down, seconds"),
+        _flag("After SIGTERM, keep serving this long before shutting down, seconds"),
     ] = None,
     inflight_body_bytes: Annotated[
         int | None, _flag("Admission body bytes held at once", default="8388608 = 8 MiB")

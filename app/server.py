@@ -31,7 +31,7 @@ from app.web import tls
 from app.web.app import create_app
 from app.web.auth import AllowAll, Authorizer, KubernetesAuthorizer
 from app.web.connections import CappedListener, protocol_class
-from app.web.draining import Draining
+from app.web.draining import Draining, catch_early_sigterm
 from app.web.healthprobe import HEAD_DEADLINE_SECONDS, HealthProbeServer, start_health_probes
 
 if TYPE_CHECKING:
@@ -155,12 +155,17 @@ def _key_pair_problem(cert_file: Path, key_file: Path, err: Exception) -> str:
 
 
 def build(
-    settings: Settings, *, workdir: Path, connection: tuple[Any, bool] | None = None
+    settings: Settings,
+    *,
+    workdir: Path,
+    connection: tuple[Any, bool] | None = None,
+    draining: Draining | None = None,
 ) -> tuple[Any, Any, uvicorn.Config]:
     """Wire controller, app and uvicorn config (without running); returns
     ``(controller, app, config)``. A generated certificate and key go to ``workdir``
     (a private directory that must outlive the server). ``connection`` is what
-    :func:`api_client_for` returned, when already called.
+    :func:`api_client_for` returned, when already called; ``draining`` the shutdown
+    delay's flag that ``serve``'s signal handling sets (default a new one).
 
     Raises:
         StartupError: see :func:`api_client_for` and :func:`tls_context`.
@@ -191,8 +196,15 @@ def build(
         settings,
         api_client=api_client,
         served=reloading.served_certificate,
-        bootstrap=_lone_lease_holder(controller, leader_elect=settings.leader_elect),
+        bootstrap=_lone_lease_holder(
+            controller,
+            leader_elect=settings.leader_elect,
+            pod=os.environ.get("POD_NAME") or socket.gethostname(),
+        ),
     )
+    if in_force is not None:
+        # With no replica Ready, the new Lease holder may be Ready alone: check at once.
+        controller.on_started_leading(in_force.wake)
     if in_force is not None:
         if certs is not None:
             # A caBundle or file write is checked at once, not at the next tick.
@@ -200,6 +212,7 @@ def build(
         in_force.start()
     app = create_app(
         settings,
+        draining=draining,
         controller=controller,
         authorizer=authorizer,
         background=[task for task in (certs, in_force) if task is not None],
@@ -318,6 +331,7 @@ def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
     """Run until SIGTERM/SIGINT; uvicorn's graceful shutdown runs the app lifespan's exit,
     which stops the controller (and releases the leader Lease when leader election is on).
 
+    A SIGTERM before the server runs starts the shutdown delay (:mod:`app.web.draining`).
     Order: logging; one warning per unknown variable; one ``settings`` line with every
     effective setting; the cluster configuration (read only, no request); the listening
     socket (:func:`listen`) and the health-probe socket (:func:`listen_health_probes`); only
@@ -330,6 +344,16 @@ def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
         StartupError: see :func:`api_client_for`, :func:`listen` and :func:`build`.
     """
     configure(settings.log_level)
+    draining = Draining()
+    restore_sigterm = catch_early_sigterm(draining)  # until uvicorn's handlers take over
+    try:
+        _serve(settings, draining=draining, unknown_variables=unknown_variables)
+    finally:
+        restore_sigterm()
+
+
+def _serve(settings: Settings, *, draining: Draining, unknown_variables: Sequence[str]) -> None:
+    """:func:`serve` once logging and the early SIGTERM handler are in place."""
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     for warning in unknown_variables:
         log.warning(warning)
@@ -344,7 +368,9 @@ def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
         raise
     try:
         with tempfile.TemporaryDirectory(prefix="node-ipam-lb-tls-") as workdir:
-            _, app, config = build(settings, workdir=Path(workdir), connection=connection)
+            _, app, config = build(
+                settings, workdir=Path(workdir), connection=connection, draining=draining
+            )
             # Everything imported and built so far lives as long as the process: out of
             # the cyclic GC's reach, a full collection no longer walks those ~80,000
             # objects. Full collections during the first Lists paused every thread for
@@ -359,11 +385,9 @@ def serve(settings: Settings, *, unknown_variables: Sequence[str] = ()) -> None:
                 )
                 health_socket = None  # the server owns it
                 log_event(log, "serving health probes", address=_address_of(probes))
-            _GracefulServer(
-                config,
-                draining=app.state.node_ipam.draining,
-                delay=settings.shutdown_delay_seconds,
-            ).run(sockets=[listener])
+            _GracefulServer(config, draining=draining, delay=settings.shutdown_delay_seconds).run(
+                sockets=[listener]
+            )
     finally:
         if probes is not None:
             probes.stop()
@@ -381,10 +405,11 @@ class _GracefulServer(uvicorn.Server):
     """uvicorn's server with the shutdown delay (:mod:`app.web.draining`) and exit 0 after a
     SIGTERM-triggered graceful shutdown.
 
-    The first SIGTERM with ``delay`` > 0 sets ``draining`` (``/readyz`` fails, responses
-    close their connections) and the graceful shutdown starts ``delay`` seconds later, at
-    the first tick (0.1 s) after; meanwhile everything keeps running, the controller
-    included (it stops, releasing the Lease, in the lifespan's exit, as before). A second
+    The first SIGTERM with ``delay`` > 0 sets ``draining`` (responses close their
+    connections; one that came before the server ran was caught by
+    :func:`app.web.draining.catch_early_sigterm`) and the graceful shutdown starts ``delay``
+    seconds after it, at the first tick (0.1 s) after; meanwhile everything keeps running,
+    the controller included (it stops, releasing the Lease, in the lifespan's exit). A second
     SIGTERM, or SIGINT, starts the shutdown at once. uvicorn re-raises a captured SIGTERM
     once shut down (exit status -15); a Pod that stopped as asked should not look like it
     was killed.
@@ -411,7 +436,7 @@ class _GracefulServer(uvicorn.Server):
                 self._drain_announced = True
                 log_event(
                     log,
-                    "shutting down after the shutdown delay: serving, not ready, meanwhile",
+                    "shutdown delay started: serving, closing each connection after its answer",
                     level=logging.INFO,
                     seconds=self._delay,
                 )
@@ -458,26 +483,30 @@ def _webhook_readiness(
 
 
 def _lone_lease_holder(
-    controller: Any, *, leader_elect: bool
+    controller: Any, *, leader_elect: bool, pod: str
 ) -> Callable[[frozenset[tuple[str, str]]], str | None]:
     """The readiness check's ``bootstrap`` (app/web/webhookready.py): given the webhook
-    Services ``(namespace, name)``, why this replica may be Ready although its admission
-    probe was not refused, or ``None``. Only the Lease holder (any replica without leader
-    election), only with the cluster cache synced, and only while no EndpointSlice of those
-    Services has a ready endpoint (``conditions.ready`` not false, KEP-1672): then no
-    replica can refuse the probe, and this one being Ready is what puts the webhook in
-    force. One replica, so the others still wait for a refusal."""
+    Services ``(namespace, name)``, why this replica (Pod ``pod``) may be Ready although its
+    admission probe was not refused, or ``None``. Only the Lease holder (any replica without
+    leader election), only with the cluster cache synced, and only while no EndpointSlice
+    of those Services has a Pod other than ``pod`` that is ready or serving (KEP-1672: the
+    endpoints kube-proxy sends to, serving terminating ones when none is ready, KEP-1669):
+    then no other replica can refuse the probe, and this one being Ready is what puts the
+    webhook in force. One replica, so the others wait for a refusal. Endpoints that are not
+    Pods (a hand-made EndpointSlice) are not counted."""
 
     def bootstrap(services: frozenset[tuple[str, str]]) -> str | None:
         if not controller.ready() or (leader_elect and not controller.is_leader()):
             return None
         for namespace, name in sorted(services):
-            if any(s.ready_node_names for s in controller.cache.endpoint_slices(namespace, name)):
+            slices = controller.cache.endpoint_slices(namespace, name)
+            if any(s.backends - {pod} for s in slices):
                 return None
         names = ", ".join(f"{namespace}/{name}" for namespace, name in sorted(services))
         return (
-            f"no ready endpoint in Service {names}: no replica can refuse the probe yet, and"
-            " this replica (the Lease holder) being Ready puts the webhook in force"
+            f"no other ready or serving endpoint in Service {names}: no other replica can"
+            " refuse the probe, and this replica (the Lease holder) being Ready puts the"
+            " webhook in force"
         )
 
     return bootstrap

@@ -19,7 +19,7 @@ from app.core.hazards import Hazard
 from app.core.nodehealth import NO_UNHEALTHY
 from app.telemetry.logs import log_event
 from app.web.auth import AllowAll, Authorizer
-from app.web.draining import CloseWhenDraining
+from app.web.draining import CloseWhenDraining, Draining
 from app.web.limits import BodyBudget
 from app.web.routes import admission, health, preview
 from app.web.routes.deps import (
@@ -49,6 +49,7 @@ def create_app(
     kube_proxy_hazard: Callable[[str | None], Hazard | None] = no_hazard,
     unhealthy: Callable[[], Mapping[str, str]] = lambda: NO_UNHEALTHY,
     decider: Decider | None = None,
+    draining: Draining | None = None,
 ) -> FastAPI:
     """Build the app.
 
@@ -77,6 +78,8 @@ def create_app(
         decider: the decision path (:class:`app.core.decision.Decider`) of the webhook and
             the REST preview; default a new one, apart from the reconciler's, so that
             reviews (a tenant's dry runs included) cannot evict what the reconciler keeps.
+        draining: the shutdown delay's flag (:mod:`app.web.draining`), set by ``serve``'s
+            signal handling; default a new one, never set.
 
     Raises:
         ValueError: the settings do not make valid :class:`SelectionSettings`, or
@@ -99,6 +102,7 @@ def create_app(
         limits=RequestLimits(budget=BodyBudget(settings.inflight_body_bytes)),
         kube_proxy_hazard=kube_proxy_hazard,
         unhealthy=unhealthy,
+        draining=draining if draining is not None else Draining(),
     )
 
     @asynccontextmanager
@@ -166,6 +170,9 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     log_event(
         log, "request failed", level=logging.ERROR, path=request.url.path, status=500, reason=reason
     )
+    # Starlette answers this outside the middleware stack: close here as CloseWhenDraining does.
+    state = getattr(request.app.state, "node_ipam", None)
+    draining = state is not None and state.draining.is_set()
     return JSONResponse(
         {
             "kind": "Status",
@@ -177,4 +184,5 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
             "detail": reason,
         },
         status_code=500,
+        headers={"Connection": "close"} if draining else None,
     )

@@ -10,8 +10,13 @@ admits the request unchecked (a rolling update let a malformed selector through,
 
 So ``serve --shutdown-delay-seconds N`` does what kube-apiserver's
 ``--shutdown-delay-duration`` does: on the first SIGTERM it sets :class:`Draining`, keeps
-serving for N seconds with ``/readyz`` failing (``not ready: shutting down``), and only then
-starts uvicorn's graceful shutdown (a second SIGTERM, or SIGINT, starts it at once). While
+serving for N seconds, and only then starts uvicorn's graceful shutdown (a second SIGTERM,
+or SIGINT, starts it at once). ``/readyz`` does not change: the endpoint of a Pod being
+deleted is not ready anyway (the webhook Service lists Ready Pods only), and while it stays
+``serving`` kube-proxy falls back to it when no endpoint is ready (KEP-1669: a single
+replica evicted, every replica deleted at once), so the webhook stays in force then too. A
+SIGTERM that arrives before the server runs (Python as a container's PID 1 ignores it until
+a handler is installed) starts the delay too (:func:`catch_early_sigterm`). While
 draining, every response carries ``Connection: close`` (:class:`CloseWhenDraining`), so a
 client's kept-alive connection, which conntrack keeps pinned to this Pod whatever kube-proxy
 now says, ends after its answer and the client's next call opens one through the new rules;
@@ -23,6 +28,7 @@ the listener closes.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -59,6 +65,19 @@ class Draining:
     def since(self) -> float | None:
         """Monotonic seconds when draining started, ``None`` before."""
         return self._since
+
+
+def catch_early_sigterm(draining: Draining) -> Callable[[], None]:
+    """Until uvicorn installs its own handlers, a SIGTERM starts ``draining`` (counted from
+    then) instead of being lost: as PID 1 of a container, the default disposition ignores
+    it, and the Pod would wait for SIGKILL. Returns the function that puts the previous
+    handler back. Main thread only (``signal.signal``)."""
+    previous = signal.signal(signal.SIGTERM, lambda _sig, _frame: draining.start())
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 class CloseWhenDraining:

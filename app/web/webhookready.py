@@ -65,6 +65,9 @@ NOT_READY_FIRST_SECONDS = 1.0
 NOT_READY_MAX_SECONDS = 5.0
 """Longest pause between two reads while not in force: one kubelet readiness period, so a
 bundle written by cainjector (or the leader) is seen within ~5 s."""
+ALONE_WARNING_SECONDS = 60.0
+"""How long a replica Ready on the ``caBundle`` alone (``bootstrap``) probes without a
+refusal before it warns that kube-apiserver does not reach it."""
 NOT_CHECKED = Verdict(False, "webhook caBundle not checked yet")
 PROBE_SERVICE_NAME = "node-ipam-lb-admission-probe"
 PROBE_SELECTOR = "node-ipam-lb.io/admission-probe in ("
@@ -153,8 +156,11 @@ class CaBundleReadiness:
     (:func:`admission_probe`), ``None`` without one. ``bootstrap`` is asked when the probe
     is not refused: given the ``(namespace, name)`` of the Services the two configurations
     call, it returns why this replica may be Ready without a refusal (it holds the Lease
-    and none of them has a ready endpoint, so no replica could refuse: readiness is what
-    puts one there), or ``None`` when the probe's verdict stands.
+    and no other replica is an endpoint kube-proxy would pick, so none could refuse:
+    readiness is what puts one there), or ``None`` when the probe's verdict stands. Ready
+    that way, the replica keeps probing on the not-ready schedule until the first refusal
+    (then the webhook is in force, logged), warning once after
+    :data:`ALONE_WARNING_SECONDS` without one (kube-apiserver does not reach it).
     """
 
     def __init__(
@@ -175,6 +181,8 @@ class CaBundleReadiness:
         self.clock = clock
         self.probe = probe
         self.bootstrap = bootstrap
+        self._alone_since: datetime.datetime | None = None
+        self._alone_warned = False
         self._probed = False
         self._verdict = NOT_CHECKED
         self._checked = False
@@ -263,6 +271,7 @@ class CaBundleReadiness:
             verdict = in_force(configurations, chain=chain, now=self.clock())
         if not verdict.ready:
             self._probed = False
+            self._alone_since = None
         elif self.probe is not None and not self._probed and any(configurations.values()):
             probed = self.probe()
             if probed is None:
@@ -275,21 +284,50 @@ class CaBundleReadiness:
                 )
                 self._probed = True
             elif probed.ready:
+                if self._alone_since is not None:
+                    log_event(LOG, "admission probe refused: the webhook is in force")
                 self._probed = True
+                self._alone_since = None
             elif (alone := self._bootstrap(configurations)) is not None:
-                log_event(
-                    LOG,
-                    "admission probe not refused: Ready on the caBundle alone",
-                    level=logging.INFO,
-                    reason=alone,
-                    probe=probed.reason,
-                )
-                self._probed = True
+                self._alone(alone, probed)
             else:
                 verdict = probed
+                self._alone_since = None
         self._checked = True
         self._set(verdict)
         return verdict
+
+    @property
+    def alone(self) -> bool:
+        """Ready on the ``caBundle`` alone (``bootstrap``), no refusal seen yet."""
+        return self._alone_since is not None
+
+    def _alone(self, reason: str, probed: Verdict) -> None:
+        """Stay Ready without a refusal (``bootstrap`` said why); log it once, and warn once
+        when that has lasted :data:`ALONE_WARNING_SECONDS`."""
+        now = self.clock()
+        if self._alone_since is None:
+            self._alone_since, self._alone_warned = now, False
+            log_event(
+                LOG,
+                "admission probe not refused: Ready on the caBundle alone",
+                level=logging.INFO,
+                reason=reason,
+                probe=probed.reason,
+            )
+        elif (
+            not self._alone_warned
+            and (now - self._alone_since).total_seconds() >= ALONE_WARNING_SECONDS
+        ):
+            self._alone_warned = True
+            log_event(
+                LOG,
+                "admission probe still not refused: kube-apiserver does not reach this replica",
+                level=logging.WARNING,
+                seconds=round((now - self._alone_since).total_seconds()),
+                reason=probed.reason,
+                hint="check NetworkPolicies and the CNI between kube-apiserver and this Pod",
+            )
 
     def _bootstrap(self, configurations: Mapping[str, dict[str, Any] | None]) -> str | None:
         """``bootstrap``'s answer for the Services the configurations call; ``None`` without
@@ -349,7 +387,7 @@ class CaBundleReadiness:
             except Exception as err:  # keep the thread alive: a dead one freezes the verdict
                 LOG.exception("webhook caBundle check failed: %s", err)
                 ready = False
-            if ready:
+            if ready and not self.alone:
                 pause, delay = NOT_READY_FIRST_SECONDS, self.interval
             else:
                 delay, pause = pause, min(pause * 2, NOT_READY_MAX_SECONDS)

@@ -10,6 +10,7 @@ rejects; templates/validate.yaml holds the cross-field checks.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import subprocess
 import sys
@@ -384,3 +385,20 @@ def test_the_probes_need_a_health_probe_port_of_their_own(
 def test_a_health_probe_address_the_kubelet_reaches_renders(helm: Path, address: str) -> None:
     objects = template(helm, {"settings": {"health-probe-bind-address": address}})
     assert container(objects)["ports"][1]["containerPort"] == 8081
+
+
+@pytest.mark.parametrize(("delay", "renders"), [(None, True), (0, True), (15, True), (15.5, False)])
+def test_the_shutdown_delay_fits_the_termination_grace_period(
+    helm: Path, delay: float | None, renders: bool
+) -> None:
+    """terminationGracePeriodSeconds is 30: the delay (app/web/draining.py) and the graceful
+    shutdown after it must fit, or the kubelet kills the Pod before it releases the Lease."""
+    values = {"settings": {"shutdown-delay-seconds": delay}}
+    result = run(helm, "template", "x", str(CHART), values=values)
+    assert (result.returncode == 0) == renders, result.stderr
+    if renders:
+        variables = env([o for o in yaml.safe_load_all(result.stdout) if o])
+        expected = None if delay is None else json.dumps(delay)
+        assert variables.get("NODE_IPAM_SHUTDOWN_DELAY_SECONDS") == expected
+    else:
+        assert "settings: shutdown-delay-seconds (15.5) must be at most 15" in result.stderr

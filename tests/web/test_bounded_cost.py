@@ -531,9 +531,9 @@ def test_serve_freezes_its_start_up_objects_before_serving(
     monkeypatch.setattr(server, "api_client_for", lambda settings: (None, False))
     monkeypatch.setattr(server, "listen_health_probes", lambda settings: None)
     monkeypatch.setattr(server, "listen", lambda settings: server._bind("127.0.0.1", 0, flags="x"))
-    app = types.SimpleNamespace(state=types.SimpleNamespace(node_ipam=types.SimpleNamespace()))
-    app.state.node_ipam.draining = None
-    monkeypatch.setattr(server, "build", lambda settings, **kw: (None, app, object()))
+    monkeypatch.setattr(
+        server, "build", lambda settings, **kw: (None, types.SimpleNamespace(), object())
+    )
     monkeypatch.setattr(
         server._GracefulServer, "__init__", lambda self, config, **kw: None, raising=False
     )

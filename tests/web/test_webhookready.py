@@ -549,19 +549,39 @@ def test_an_unrefused_probe_makes_ready_only_where_bootstrap_says_so(
     fake_api: FakeApiServer, replica: Make
 ) -> None:
     """The probe admitted: Ready only when ``bootstrap`` gives a reason, asked with the
-    Services deploy/'s configurations call; not probed again while in force."""
+    Services deploy/'s configurations call. Ready that way, it keeps probing until the
+    first refusal, and then no more while in force."""
     leader = bundled_leader(fake_api, replica)
+    answers = [ADMITTED, ADMITTED, ADMITTED, webhookready.Verdict(True, "")]
     probes: list[int] = []
-    leader.readiness.probe = lambda: probes.append(1) or ADMITTED
+    leader.readiness.probe = lambda: probes.append(1) or answers.pop(0)
     asked: list[frozenset[tuple[str, str]]] = []
-    answers = [None, "no ready endpoint in Service node-ipam-lb/node-ipam-lb-webhook"]
-    leader.readiness.bootstrap = lambda services: asked.append(services) or answers.pop(0)
+    reasons = [None, "no other ready or serving endpoint", "no other ready or serving endpoint"]
+    leader.readiness.bootstrap = lambda services: asked.append(services) or reasons.pop(0)
     first = leader.readiness.check()
     assert (first.ready, first.reason) == (False, ADMITTED.reason)
+    assert leader.readiness.check().ready and leader.readiness.alone
+    assert leader.readiness.check().ready and leader.readiness.alone
+    assert leader.readiness.check().ready and not leader.readiness.alone  # refused at last
     assert leader.readiness.check().ready
-    assert leader.readiness.check().ready
-    assert asked == [frozenset({("node-ipam-lb", "node-ipam-lb-webhook")})] * 2
-    assert len(probes) == 2, "Ready on the bundle alone: not probed again while in force"
+    assert asked == [frozenset({("node-ipam-lb", "node-ipam-lb-webhook")})] * 3
+    assert len(probes) == 4, "probed until refused, then not again while in force"
+
+
+def test_alone_without_a_refusal_for_a_minute_warns_once(
+    fake_api: FakeApiServer, replica: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    leader = bundled_leader(fake_api, replica)
+    now = [datetime.datetime.now(datetime.UTC)]
+    leader.readiness.clock = lambda: now[0]
+    leader.readiness.probe = lambda: ADMITTED
+    leader.readiness.bootstrap = lambda services: "alone"
+    with caplog.at_level("INFO", logger="node_ipam_lb.readiness"):
+        for _ in range(4):
+            assert leader.readiness.check().ready
+            now[0] += datetime.timedelta(seconds=webhookready.ALONE_WARNING_SECONDS / 2)
+    warnings = [r for r in caplog.records if "does not reach this replica" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
 
 
 def test_a_refused_probe_never_asks_bootstrap(fake_api: FakeApiServer, replica: Make) -> None:
@@ -607,28 +627,30 @@ class _Controller:
         return self.leader
 
 
-def _slice(*ready_nodes: str) -> EndpointSliceView:
+def _slice(*pods: str) -> EndpointSliceView:
+    """A slice of the webhook Service whose ready or serving endpoints are ``pods``."""
     return EndpointSliceView(
         namespace="node-ipam-lb",
         name="node-ipam-lb-webhook-x1",
         service_name="node-ipam-lb-webhook",
-        ready_node_names=frozenset(ready_nodes),
+        ready_node_names=frozenset({"n1"} if pods else ()),
+        backends=frozenset(pods),
     )
 
 
-WEBHOOK_SERVICE = frozenset({("node-ipam-lb", "node-ipam-lb-webhook")})
+WEBHOOK = ("node-ipam-lb", "node-ipam-lb-webhook")
+OWN = "node-ipam-lb-6c9f-a"
 
 
 @pytest.mark.parametrize(
     ("controller", "leader_elect", "alone"),
     [
         (_Controller(_Slices({})), True, True),  # no slice at all: a fresh install
-        (_Controller(_Slices({("node-ipam-lb", "node-ipam-lb-webhook"): [_slice()]})), True, True),
-        (
-            _Controller(_Slices({("node-ipam-lb", "node-ipam-lb-webhook"): [_slice("n1")]})),
-            True,
-            False,
-        ),
+        (_Controller(_Slices({WEBHOOK: [_slice()]})), True, True),
+        # Its own endpoint, Ready by the bootstrap: still alone (no flapping).
+        (_Controller(_Slices({WEBHOOK: [_slice(OWN)]})), True, True),
+        # Another replica, ready (or serving while terminating): it answers the probe.
+        (_Controller(_Slices({WEBHOOK: [_slice(OWN, "node-ipam-lb-6c9f-b")]})), True, False),
         (_Controller(_Slices({}), leader=False), True, False),  # a follower waits for a denial
         (_Controller(_Slices({}), leader=False), False, True),  # no leader election: each
         (_Controller(_Slices({}), synced=False), True, False),  # no slices known yet
@@ -639,7 +661,9 @@ def test_only_the_lease_holder_with_no_ready_endpoint_is_ready_alone(
 ) -> None:
     from app.server import _lone_lease_holder
 
-    reason = _lone_lease_holder(controller, leader_elect=leader_elect)(WEBHOOK_SERVICE)
+    reason = _lone_lease_holder(controller, leader_elect=leader_elect, pod=OWN)(
+        frozenset({WEBHOOK})
+    )
     assert (reason is not None) == alone
     if reason is not None:
         assert "node-ipam-lb/node-ipam-lb-webhook" in reason and "Lease holder" in reason

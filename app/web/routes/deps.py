@@ -105,7 +105,7 @@ class AppState:
     nodes failing their health checks as the controller last decided (§4.11: node name ->
     why; empty off the leader or with health checks off), which preview selects with;
     ``draining`` is set once SIGTERM starts the shutdown delay (:mod:`app.web.draining`:
-    ``/readyz`` fails, each response closes its connection).
+    each response closes its connection).
     """
 
     settings: Settings

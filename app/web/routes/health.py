@@ -37,13 +37,11 @@ def readiness(state: AppState) -> tuple[int, str]:
     """``(HTTP status, text)`` of ``/readyz``: 200 ``ok`` once the cluster cache is synced
     (or when running without a controller) and every condition of ``state.readiness`` holds
     (the webhook is in force: caBundle verifies the served certificate, docs/design.md §5
-    Health); else 503 ``not ready: <what it waits for>`` (the kinds not listed yet), and
-    503 ``not ready: shutting down`` from SIGTERM on (the shutdown delay,
-    :mod:`app.web.draining`; kube-apiserver's ``/readyz`` fails the same way during its
-    ``--shutdown-delay-duration``). Reads flags and cached verdicts only: safe from any
-    thread, never blocks."""
-    if state.draining.is_set():
-        return 503, "not ready: shutting down\n"
+    Health); else 503 ``not ready: <what it waits for>`` (the kinds not listed yet). The
+    shutdown delay (:mod:`app.web.draining`) does not change it: the endpoint of a
+    terminating Pod is not ready anyway, and staying ``serving`` lets kube-proxy fall back
+    to it while no other endpoint is ready (KEP-1669). Reads flags and cached verdicts
+    only: safe from any thread, never blocks."""
     if state.controller is not None and not state.controller.ready():
         waiting = ", ".join(state.controller.cache.unsynced())
         why = f" (waiting for the first list of: {waiting})" if waiting else ""
