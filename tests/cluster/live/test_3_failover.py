@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import time
+from typing import Any
 
 import pytest
 
@@ -67,11 +68,25 @@ def test_deleting_the_leader_pod_fails_over(release: Cluster) -> None:
     figure("leader Pod deleted -> new leader wrote a status (s)", round(reconciled, 1))
     assert new
     rolled_out(release, NAMESPACE, "node-ipam-lb")
+    # The deleted Pod serves through its shutdown delay (10 s), then stops: the next tests
+    # count and signal the release's Pods, and must not find it half gone.
+    wait_for(
+        "the deleted leader Pod to be gone",
+        lambda: pod not in {p["metadata"]["name"] for p in pods_of(release)},
+        timeout=60,
+        interval=0.5,
+    )
+    figure("leader Pod deleted -> gone (s)", round(time.monotonic() - started, 1))
+
+
+def pods_of(cluster: Cluster) -> list[dict[str, Any]]:
+    """node-ipam-lb's Pods, terminating ones included."""
+    return list(kubectl_json(cluster, "-n", NAMESPACE, "get", "pods")["items"])
 
 
 def product_containers(cluster: Cluster) -> dict[str, tuple[str, int]]:
     """Pod name -> (containerID, restartCount) of node-ipam-lb's Pods."""
-    pods = kubectl_json(cluster, "-n", NAMESPACE, "get", "pods")["items"]
+    pods = pods_of(cluster)
     return {
         p["metadata"]["name"]: (s["containerID"], s["restartCount"])
         for p in pods
