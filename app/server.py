@@ -205,7 +205,6 @@ def build(
     if in_force is not None:
         # With no replica Ready, the new Lease holder may be Ready alone: check at once.
         controller.on_started_leading(in_force.wake)
-    if in_force is not None:
         if certs is not None:
             # A caBundle or file write is checked at once, not at the next tick.
             certs.on_change(in_force.wake)

@@ -16,14 +16,15 @@ apply after ``helm install --wait`` admitted). So once the bundle verifies, the 
 makes one **admission probe** (:func:`admission_probe`, ``admission_probe_namespace``):
 a dry-run create of a Service with a malformed selector, which only our webhook refuses;
 Ready once it is refused, and again after every time the bundle stopped verifying. The
-probe is answered by whichever Ready replica kube-proxy picks: the webhook Service lists
-Ready replicas only (deploy/: no ``publishNotReadyAddresses``), so kube-apiserver never
-calls a replica that is not Ready, nor one that is terminating (app/web/draining.py).
-When no replica is Ready (a fresh install, or every replica restarted at once) nothing can
-answer the probe, so the **Lease holder alone** is Ready on the ``caBundle`` while the
-webhook Service has no ready endpoint (``bootstrap``, :class:`CaBundleReadiness`); the
-others wait for its denial, so ``helm install --wait`` (every replica Ready) still returns
-only once kube-apiserver reaches one. RBAC without ``create services`` there (or no such
+probe is answered by whichever replica kube-proxy picks: the webhook Service lists Ready
+replicas only (deploy/: no ``publishNotReadyAddresses``), so kube-apiserver never calls a
+replica that is not Ready, nor a terminating one while another is ready
+(app/web/draining.py; with none ready, kube-proxy falls back to the serving terminating
+ones, KEP-1669). When no other replica is there to answer (a fresh install) the **Lease
+holder alone** is Ready on the ``caBundle`` (``bootstrap``, :class:`CaBundleReadiness`;
+the rule is ``app.server._lone_lease_holder``'s); the others wait for its denial, so
+``helm install --wait`` (every replica Ready) still returns only once kube-apiserver
+reaches one. RBAC without ``create services`` there (or no such
 namespace): one WARNING, and readiness rests on the ``caBundle`` alone.
 
 Cost: the probes never call the API server. A daemon thread reads the two configurations
@@ -337,7 +338,8 @@ class CaBundleReadiness:
         services: set[tuple[str, str]] = set()
         for configuration in configurations.values():
             for webhook in (configuration or {}).get("webhooks") or ():
-                service = ((webhook or {}).get("clientConfig") or {}).get("service")
+                config = webhook.get("clientConfig") if isinstance(webhook, Mapping) else None
+                service = config.get("service") if isinstance(config, Mapping) else None
                 if not isinstance(service, Mapping):
                     return None
                 namespace, name = service.get("namespace"), service.get("name")
